@@ -1,0 +1,3 @@
+from iclr24.cli import main
+
+main()

@@ -1,0 +1,163 @@
+"""The ``iclr24`` command: list, run, report, show.
+
+A user error (unknown method, bad preset, bad ``--set``) prints one line and exits 2;
+a reproduction that fails is recorded in its run folder, its traceback printed, and
+the command exits 1 (``run all`` finishes the others first).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
+from iclr24.core.report import build_report
+from iclr24.core.runner import RunRecord, latest_run, run as run_experiment
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="ICLR 2024 papers as components, each with a CPU reproduction that checks the paper's claims.",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _user_error(message: str) -> typer.Exit:
+    err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _resolve(name: str) -> list[Experiment]:
+    if name == "all":
+        return list_experiments()
+    try:
+        return [get_experiment(name)]
+    except ValueError as err:
+        raise _user_error(str(err)) from None
+
+
+@app.command("list")
+def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders.")) -> None:
+    """List the methods, their papers and claims, and the latest result of each."""
+    table = Table(show_lines=True)
+    for column in ("method", "paper", "claims checked", "latest run"):
+        table.add_column(column)
+    for exp in list_experiments():
+        record = latest_run(runs, exp.name)
+        table.add_row(exp.name, exp.paper, "\n".join(f"- {c}" for c in exp.claims), _latest_summary(record))
+    console.print(table)
+
+
+def _latest_summary(record: RunRecord | None) -> str:
+    if record is None:
+        return "not run"
+    r = record.result
+    if r.get("status") != "ok":
+        return f"failed ({r.get('preset')}, {record.run_dir.name})"
+    claims = r.get("claims", [])
+    return f"{sum(c['holds'] for c in claims)}/{len(claims)} hold ({r.get('preset')}, {record.run_dir.name})"
+
+
+@app.command("run")
+def run_command(
+    name: str = typer.Argument(..., help="A method name, or 'all'."),
+    preset: str = typer.Option("quick", "--preset", "-p", help=f"One of {', '.join(PRESETS)}."),
+    seed: int = typer.Option(0, "--seed", help="Seed for python, numpy and torch."),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
+    out: Path = typer.Option(Path("runs"), "--out", help="Folder for run folders."),
+    report_dir: Path = typer.Option(Path("report"), "--report-dir", help="Where the report is rebuilt."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Rebuild the report after running."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
+) -> None:
+    """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
+    experiments = _resolve(name)
+    overrides = overrides or []
+    if preset not in PRESETS:
+        raise _user_error(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    if name == "all" and overrides:
+        raise _user_error("--set applies to one method's config; run methods one by one to override fields")
+    for exp in experiments:  # check every config before running anything
+        try:
+            exp.config(preset, overrides)
+        except (TypeError, ValueError) as err:
+            raise _user_error(str(err)) from None
+
+    failed = []
+    for exp in experiments:
+        record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet)
+        _print_record(record)
+        if not record.ok:
+            failed.append(record)
+    if report:
+        path = build_report(out, report_dir, list_experiments())
+        console.print(f"report: {path}")
+    if failed:
+        for record in failed:
+            err_console.print(f"\n{record.name} failed ({record.run_dir}):", style="bold red")
+            err_console.print(record.result.get("traceback", ""), markup=False, highlight=False)
+        err_console.print(f"{len(failed)} of {len(experiments)} runs failed: {', '.join(r.name for r in failed)}")
+        raise typer.Exit(1)
+
+
+def _print_record(record: RunRecord) -> None:
+    r = record.result
+    if not record.ok:
+        console.print(f"[bold red]{record.name}: failed[/] {r.get('error', '')} -> {record.run_dir}", highlight=False)
+        return
+    table = Table(title=f"{record.name} ({r['preset']}, {r['wall_time_s']:.1f}s) -> {record.run_dir}")
+    for column in ("claim", "paper", "measured here", "holds"):
+        table.add_column(column)
+    for c in r["claims"]:
+        table.add_row(c["statement"], c["paper"], c["measured"], "[green]yes[/]" if c["holds"] else "[red]no[/]")
+    console.print(table)
+
+
+@app.command("report")
+def report_command(
+    runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders."),
+    out: Path = typer.Option(Path("report"), "--out", help="Where index.html and README.md are written."),
+) -> None:
+    """Rebuild report/index.html and report/README.md from the latest run of each method."""
+    if not runs.is_dir():
+        raise _user_error(f"no runs folder at {str(runs)!r}; run `iclr24 run all` first or pass --runs")
+    console.print(f"report: {build_report(runs, out, list_experiments())}")
+
+
+@app.command("show")
+def show_command(
+    name: str = typer.Argument(..., help="A method name."),
+    runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders."),
+) -> None:
+    """Show the latest result of one method as a table."""
+    exp = _resolve(name)[0] if name != "all" else None
+    if exp is None:
+        raise _user_error("show takes one method name, not 'all'")
+    record = latest_run(runs, exp.name)
+    if record is None:
+        raise _user_error(f"no run of {exp.name!r} under {str(runs)!r}; run `iclr24 run {exp.name}` first")
+    _print_record(record)
+    r = record.result
+    for title in ("metrics", "timings"):
+        values = r.get(title) or {}
+        if values:
+            table = Table(title=title)
+            table.add_column("name")
+            table.add_column("value", justify="right")
+            for key, value in values.items():
+                table.add_row(key, f"{value:.4g}")
+            console.print(table)
+
+
+def main() -> None:
+    app(prog_name="iclr24")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

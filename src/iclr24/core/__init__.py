@@ -1,0 +1,44 @@
+"""What every method shares: the experiment contract, the runner, the report, progress, checks."""
+
+from iclr24.core.checks import check_finite, check_int, check_tensor
+from iclr24.core.experiment import (
+    PRESETS,
+    Claim,
+    Experiment,
+    Result,
+    RunContext,
+    apply_overrides,
+    experiment,
+    get_experiment,
+    list_experiments,
+)
+from iclr24.core.progress import progress, set_quiet, track
+from iclr24.core.runner import RunRecord, latest_run, latest_runs, load_run, run, seed_everything
+from iclr24.core.timing import fit_power_law, interleaved_times, median_ratio
+
+__all__ = [
+    "PRESETS",
+    "Claim",
+    "Experiment",
+    "Result",
+    "RunContext",
+    "RunRecord",
+    "apply_overrides",
+    "check_finite",
+    "check_int",
+    "check_tensor",
+    "experiment",
+    "fit_power_law",
+    "get_experiment",
+    "interleaved_times",
+    "latest_run",
+    "latest_runs",
+    "list_experiments",
+    "load_run",
+    "median_ratio",
+    "progress",
+    "run",
+    "seed_everything",
+    "set_quiet",
+    "track",
+]

@@ -1,0 +1,60 @@
+"""Input checks for the public boundary: each error names the argument, its value and what was expected."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import torch
+
+__all__ = ["check_finite", "check_int", "check_tensor"]
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, power_of_two: bool = False
+) -> int:
+    """``value`` as an int, or a ValueError/TypeError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if power_of_two and (value < 1 or value & (value - 1)):
+        raise ValueError(f"{name} must be a power of two, got {value}")
+    return value
+
+
+def check_finite(name: str, x: torch.Tensor) -> torch.Tensor:
+    """Reject NaN/inf rather than let them propagate."""
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"{name} must be finite, found {bad} NaN/inf entries")
+    return x
+
+
+def check_tensor(
+    name: str,
+    x: Any,
+    *,
+    ndim: int | None = None,
+    min_ndim: int | None = None,
+    dtypes: Collection[torch.dtype] | None = None,
+    finite: bool = True,
+    shape_doc: str = "",
+) -> torch.Tensor:
+    """Check a tensor argument's type, rank, dtype and values.
+
+    ``shape_doc`` (e.g. ``"(batch, heads, n, d)"``) is quoted in rank errors.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    expected = f" {shape_doc}" if shape_doc else ""
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions{expected}, got shape {tuple(x.shape)}")
+    if min_ndim is not None and x.dim() < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions{expected}, got shape {tuple(x.shape)}")
+    if dtypes is not None and x.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype in ({names}), got {str(x.dtype).replace('torch.', '')}")
+    if finite:
+        check_finite(name, x)
+    return x

@@ -1,0 +1,431 @@
+"""The experiment contract: what a reproduction declares and what it returns.
+
+A reproduction is a function ``reproduce(cfg, ctx) -> Result`` registered with
+:func:`experiment`. ``cfg`` is a dataclass instance chosen by preset (``smoke``,
+``quick``, ``paper``) and optionally overridden field by field (``--set k=v``);
+``ctx`` is the :class:`RunContext` the runner hands in (seed, log, progress, run
+folder). The function returns a :class:`Result` whose claims compare the paper's
+statement with what this run measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+__all__ = [
+    "PRESETS",
+    "Claim",
+    "Experiment",
+    "Result",
+    "RunContext",
+    "apply_overrides",
+    "experiment",
+    "get_experiment",
+    "list_experiments",
+]
+
+#: Preset names, in increasing cost. ``smoke`` runs in seconds (the tests use it),
+#: ``quick`` is the default (at most ~3 minutes on 2 CPU cores), ``paper`` is the
+#: paper's scale and may want a GPU.
+PRESETS = ("smoke", "quick", "paper")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's claims, checked against this run.
+
+    Parameters
+    ----------
+    statement : str
+        The paper's claim in words, e.g. ``"faster than exact attention at long context"``.
+    paper : str
+        The paper's own number and setting, e.g. ``"5x at n=131k, causal, A100"``.
+    measured : str
+        What this run measured, in the same terms, e.g. ``"2.4x at n=32k, causal, CPU"``.
+    holds : bool
+        Whether the claim holds here, computed from this run's measurements.
+    criterion : str
+        The test ``holds`` applies, stated before looking at the result,
+        e.g. ``"speed-up at the longest n > 1"``.
+    """
+
+    statement: str
+    paper: str
+    measured: str
+    holds: bool
+    criterion: str = ""
+
+    def __post_init__(self) -> None:
+        # numpy and torch booleans (np.bool_, 0-d tensors) are stored as a plain bool for JSON.
+        holds = self.holds.item() if hasattr(self.holds, "item") else self.holds
+        if not isinstance(holds, bool):
+            raise TypeError(f"Claim.holds must be a bool computed from measurements, got {self.holds!r}")
+        object.__setattr__(self, "holds", holds)
+        for name in ("statement", "paper", "measured", "criterion"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Claim.{name} must be a str, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Result:
+    """What a reproduction returns.
+
+    Parameters
+    ----------
+    metrics : dict of str to float
+        Deterministic measurements: the same seed and preset give the same values.
+    claims : list of Claim
+        The paper's claims, each with the measured value and whether it holds.
+    timings : dict of str to float
+        Wall-clock measurements (seconds or ratios of them). They depend on the
+        machine and its load, so they are kept apart from ``metrics`` and are not
+        covered by the determinism guarantee.
+    figures : dict of str to matplotlib Figure
+        Saved as PNG under the run folder, by file name (``"speedup.png"``).
+    tables : dict of str to list of dict
+        Row-wise tables (``{"speedup": [{"n": 4096, "ratio": 1.2}, ...]}``), saved as
+        JSON and shown in the report.
+    notes : str
+        Free text shown in the report under the method's table (scale, caveats).
+    """
+
+    metrics: dict[str, float]
+    claims: list[Claim]
+    timings: dict[str, float] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        for kind in ("metrics", "timings"):
+            values = getattr(self, kind)
+            if not isinstance(values, Mapping):
+                raise TypeError(f"Result.{kind} must be a dict of str to float, got {type(values).__name__}")
+            clean = {}
+            for key, value in values.items():
+                try:
+                    clean[str(key)] = float(value)
+                except (TypeError, ValueError):
+                    raise TypeError(f"Result.{kind}[{key!r}] must be a number, got {value!r}") from None
+            setattr(self, kind, clean)
+        for claim in self.claims:
+            if not isinstance(claim, Claim):
+                raise TypeError(f"Result.claims must hold Claim objects, got {claim!r}")
+        for name in self.figures:
+            if not name.endswith(".png") or "/" in name or name.startswith("."):
+                raise ValueError(f"figure names must be plain '*.png' file names, got {name!r}")
+
+
+@dataclass
+class RunContext:
+    """What the runner gives a reproduction.
+
+    Attributes
+    ----------
+    seed : int
+        The run's seed; python, numpy and torch are already seeded with it.
+    preset : str
+        The preset name the config came from.
+    run_dir : Path
+        The run's (temporary) folder. Write extra artefacts with :meth:`path`.
+    quiet : bool
+        True when progress and log lines should not be printed.
+    """
+
+    seed: int
+    preset: str
+    run_dir: Path
+    quiet: bool = False
+    _log: Callable[[str], None] = print
+
+    def log(self, message: str) -> None:
+        """Write a line to the run's log.txt (and to the console unless quiet)."""
+        self._log(message)
+
+    def path(self, name: str) -> Path:
+        """A path for an artefact inside the run folder (``artifacts/<name>``).
+
+        Artefacts are kept only if the run completes.
+        """
+        if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ValueError(f"artefact name must be a relative path inside the run folder, got {name!r}")
+        target = self.run_dir / "artifacts" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def progress(self, description: str, total: int | None = None):
+        """A progress bar (see :func:`iclr24.core.progress.progress`)."""
+        from iclr24.core.progress import progress
+
+        return progress(description, total=total)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered reproduction: name, paper, presets and the function to run."""
+
+    name: str
+    paper: str
+    presets: Mapping[str, Any]
+    fn: Callable[[Any, RunContext], Result]
+    claims: tuple[str, ...] = ()
+    description: str = ""
+    default_preset: str = "quick"
+
+    @property
+    def config_class(self) -> type:
+        return type(next(iter(self.presets.values())))
+
+    def config(self, preset: str = "quick", overrides: Sequence[str] | Mapping[str, Any] = ()) -> Any:
+        """The config for ``preset`` with ``overrides`` (``["key=value", ...]`` or a dict) applied."""
+        if preset not in self.presets:
+            raise ValueError(
+                f"unknown preset {preset!r} for experiment {self.name!r}; expected one of {sorted(self.presets)}"
+            )
+        return apply_overrides(self.presets[preset], overrides, where=f"experiment {self.name!r}")
+
+    def __call__(self, cfg: Any, ctx: RunContext) -> Result:
+        return self.fn(cfg, ctx)
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def experiment(
+    *,
+    name: str,
+    paper: str,
+    presets: Mapping[str, Any],
+    claims: Sequence[str] = (),
+    description: str = "",
+) -> Callable[[Callable[[Any, RunContext], Result]], Experiment]:
+    """Register a reproduction under ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The method's package name (``"hyperattention"``), used on the command line.
+    paper : str
+        The paper's title and venue.
+    presets : dict of str to dataclass instance
+        At least ``"smoke"`` and ``"quick"``; optionally ``"paper"``. All presets are
+        instances of the same dataclass.
+    claims : sequence of str
+        The statements of the claims the reproduction checks. Declared up front so
+        ``iclr24 list`` can show them before a run, and checked after it: a run
+        that does not report every declared claim fails.
+    description : str
+        One line shown by ``iclr24 list``.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Config:
+    ...     n: int = 8
+    >>> @experiment(name="doc-example", paper="A paper (ICLR 2024)",
+    ...             presets={"smoke": Config(2), "quick": Config()})
+    ... def reproduce(cfg, ctx):
+    ...     return Result(metrics={"n": cfg.n}, claims=[])
+    >>> get_experiment("doc-example").config("smoke", ["n=3"])
+    Config(n=3)
+    >>> _ = _REGISTRY.pop("doc-example")
+    """
+    if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"experiment name must be a non-empty identifier, got {name!r}")
+    missing = [p for p in ("smoke", "quick") if p not in presets]
+    unknown = [p for p in presets if p not in PRESETS]
+    if missing or unknown:
+        raise ValueError(
+            f"experiment {name!r}: presets must include 'smoke' and 'quick' and be among {PRESETS}; "
+            f"missing {missing}, unknown {unknown}"
+        )
+    classes = {type(cfg) for cfg in presets.values()}
+    if len(classes) != 1 or not dataclasses.is_dataclass(next(iter(classes))):
+        raise TypeError(f"experiment {name!r}: presets must be instances of one dataclass, got {classes}")
+
+    def register(fn: Callable[[Any, RunContext], Result]) -> Experiment:
+        exp = Experiment(
+            name=name,
+            paper=paper,
+            presets=dict(presets),
+            fn=fn,
+            claims=tuple(claims),
+            description=description or _first_line(fn.__doc__),
+        )
+        previous = _REGISTRY.get(name)
+        # Re-importing the same module (importlib.reload, notebooks) re-registers the same
+        # function; a different function under a taken name is a mistake.
+        if previous is not None and _qualname(previous.fn) != _qualname(fn):
+            raise ValueError(
+                f"experiment name {name!r} is already registered by {_qualname(previous.fn)}; "
+                f"cannot register {_qualname(fn)}"
+            )
+        _REGISTRY[name] = exp
+        return exp
+
+    return register
+
+
+def get_experiment(name: str) -> Experiment:
+    """The experiment registered as ``name``; a clear error lists the known names."""
+    _load_methods()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "(none)"
+        raise ValueError(f"unknown experiment {name!r}; known experiments: {known}") from None
+
+
+def list_experiments() -> list[Experiment]:
+    """All registered experiments, sorted by name."""
+    _load_methods()
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def _load_methods() -> None:
+    import importlib
+
+    from iclr24.core.methods import METHOD_PACKAGES
+
+    for package in METHOD_PACKAGES:
+        importlib.import_module(f"iclr24.{package}.experiment")
+
+
+def _qualname(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+
+
+# --- config overrides ---------------------------------------------------------------------------
+
+
+def apply_overrides(cfg: Any, overrides: Sequence[str] | Mapping[str, Any], *, where: str = "config") -> Any:
+    """Return a copy of dataclass ``cfg`` with fields replaced.
+
+    ``overrides`` is either ``["key=value", ...]`` (strings parsed by each field's
+    type: int, float, bool, str, Literal, Optional, tuple/list of these) or a
+    dict of already-typed values (checked against the field types).
+    """
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+        from_text = False
+    else:
+        items = []
+        for item in overrides:
+            key, sep, text = str(item).partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"override {item!r} for {where} must look like key=value")
+            items.append((key.strip(), text.strip()))
+        from_text = True
+    fields = {f.name: f for f in dataclasses.fields(cfg) if f.init}
+    hints = typing.get_type_hints(type(cfg))
+    changes = {}
+    for key, value in items:
+        if key not in fields:
+            raise ValueError(f"unknown key {key!r} for {where}; known keys: {', '.join(fields)}")
+        tp = hints[key]
+        try:
+            changes[key] = _parse(value, tp) if from_text else _check(value, tp)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"bad value for {key!r} in {where}: {value!r} ({err})") from None
+    try:
+        return dataclasses.replace(cfg, **changes)
+    except (TypeError, ValueError) as err:  # the config's own __post_init__ checks
+        raise ValueError(f"invalid {where} after overrides {dict(changes)}: {err}") from None
+
+
+def _parse(text: str, tp: Any) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        if text.lower() in ("none", "null") and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _parse(text, arg)
+            except (TypeError, ValueError) as err:
+                errors.append(str(err))
+        raise ValueError("; ".join(errors))
+    if origin is Literal:
+        for arg in args:
+            if str(arg) == text:
+                return arg
+        raise ValueError(f"expected one of {list(args)}")
+    if origin in (tuple, list):
+        parts = [p.strip() for p in text.strip("()[]").split(",") if p.strip()]
+        inner = args[0] if args else str
+        values = [_parse(p, inner) for p in parts]
+        return tuple(values) if origin is tuple else values
+    if tp is bool:
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ValueError("expected a bool (true/false)")
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("expected an int") from None
+    if tp is float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError("expected a float") from None
+        if not math.isfinite(value):
+            raise ValueError("expected a finite float")
+        return value
+    if tp is str:
+        return text
+    raise TypeError(f"fields of type {tp} cannot be set from the command line")
+
+
+def _check(value: Any, tp: Any) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        for arg in args:
+            try:
+                return _check(value, arg)
+            except (TypeError, ValueError):
+                continue
+        raise TypeError(f"expected {tp}")
+    if tp is type(None):
+        if value is None:
+            return None
+        raise TypeError("expected None")
+    if origin is Literal:
+        if value in args:
+            return value
+        raise ValueError(f"expected one of {list(args)}")
+    if origin in (tuple, list):
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"expected a {origin.__name__}")
+        inner = args[0] if args else Any
+        values = [_check(v, inner) for v in value]
+        return tuple(values) if origin is tuple else values
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float) and isinstance(value, bool):
+        raise TypeError(f"expected {tp.__name__}, got bool")
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise TypeError(f"expected {tp.__name__}, got {type(value).__name__}")
+    return value

@@ -1,0 +1,9 @@
+"""The one list of method packages the registry loads.
+
+Core never imports a method by name in code; it imports ``iclr24.<name>.experiment``
+for each entry here. A new method adds one line.
+"""
+
+METHOD_PACKAGES: tuple[str, ...] = (
+    "hyperattention",
+)

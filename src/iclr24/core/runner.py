@@ -1,0 +1,301 @@
+"""Run one experiment: seed, time, record the environment, write the run folder atomically.
+
+A run writes ``<runs_dir>/<name>/<UTC timestamp>/``::
+
+    result.json        status, metrics, timings, claims, tables, wall time (and the error if it failed)
+    config.json        the preset name, the config class and every field
+    environment.json   python, platform, CPU, package versions, torch threads, git commit
+    log.txt            what the reproduction logged, with times
+    *.png              figures
+    artifacts/         anything the reproduction wrote through ``ctx.path`` (kept only on success)
+
+Everything is written into a hidden temporary folder that is renamed when complete,
+so an interrupted run leaves nothing that looks like a result. A run that raises is
+still recorded: its folder holds ``status: "failed"``, the error and the traceback,
+and no metrics, claims, figures or artefacts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from iclr24.core.experiment import Experiment, Result, RunContext, get_experiment
+from iclr24.core.io import write_json_atomic
+from iclr24.core.progress import set_quiet
+
+__all__ = ["RunRecord", "environment", "latest_run", "latest_runs", "load_run", "run", "seed_everything"]
+
+RESULT_SCHEMA = 1
+_PACKAGES = ("iclr24", "torch", "numpy", "scipy", "scikit-learn", "matplotlib", "typer", "rich")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A finished run: where it lies and what its result.json says."""
+
+    name: str
+    run_dir: Path
+    result: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.result.get("status") == "ok"
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def environment() -> dict[str, Any]:
+    """What a reader needs to judge a run's numbers: machine, versions, threads, commit."""
+    versions = {}
+    for package in _PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_available": torch.cuda.is_available(),
+        "packages": versions,
+        "git_commit": _git_commit(),
+        "argv": list(sys.argv),
+    }
+
+
+def run(
+    experiment: str | Experiment,
+    *,
+    preset: str | None = None,
+    seed: int = 0,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    runs_dir: str | os.PathLike = "runs",
+    quiet: bool = False,
+) -> RunRecord:
+    """Run ``experiment`` and write its run folder.
+
+    Parameters
+    ----------
+    experiment : str or Experiment
+        A registered name (``"hyperattention"``) or the Experiment itself.
+    preset : str, optional
+        ``"smoke"``, ``"quick"`` (the default) or ``"paper"``.
+    seed : int
+        Seeds python, numpy and torch before the reproduction starts.
+    overrides : list of "key=value" or dict
+        Config fields to change, checked against their types.
+    runs_dir : path
+        Where ``<name>/<timestamp>/`` is written.
+    quiet : bool
+        No progress bars, no log lines on the console (log.txt is still written).
+
+    Returns
+    -------
+    RunRecord
+        Also for a failed run (``record.ok`` is False); bad arguments raise ValueError
+        before anything is written.
+    """
+    exp = get_experiment(experiment) if isinstance(experiment, str) else experiment
+    preset = preset or exp.default_preset
+    cfg = exp.config(preset, overrides)  # user errors surface here, before any folder exists
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+
+    started = _dt.datetime.now(_dt.timezone.utc)
+    parent = Path(runs_dir) / exp.name
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".tmp-{started.strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}"
+    tmp.mkdir()
+    log_file = open(tmp / "log.txt", "a", encoding="utf-8")
+
+    def log(message: str) -> None:
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S")
+        log_file.write(f"[{stamp}] {message}\n")
+        log_file.flush()
+        if not quiet:
+            print(f"[{exp.name}] {message}", file=sys.stderr, flush=True)
+
+    header = {
+        "schema": RESULT_SCHEMA,
+        "name": exp.name,
+        "paper": exp.paper,
+        "preset": preset,
+        "seed": seed,
+        "started_at": started.isoformat(timespec="seconds"),
+    }
+    previous_quiet = set_quiet(quiet)
+    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        write_json_atomic(tmp / "config.json", {"preset": preset, "class": type(cfg).__name__,
+                                                "fields": _jsonable(dataclasses.asdict(cfg))})
+        write_json_atomic(tmp / "environment.json", environment())
+        seed_everything(seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        log(f"start: preset={preset} seed={seed} config={cfg}")
+        t0 = time.perf_counter()
+        try:
+            result = exp(cfg, RunContext(seed=seed, preset=preset, run_dir=tmp, quiet=quiet, _log=log))
+            if not isinstance(result, Result):
+                raise TypeError(f"experiment {exp.name!r} returned {type(result).__name__}, expected Result")
+            missing = [c for c in exp.claims if c not in {claim.statement for claim in result.claims}]
+            if missing:
+                raise RuntimeError(f"experiment {exp.name!r} did not report its declared claims: {missing}")
+            wall = time.perf_counter() - t0
+            figures = _save_figures(result.figures, tmp)
+            record = {
+                **header,
+                "status": "ok",
+                "wall_time_s": wall,
+                "metrics": result.metrics,
+                "timings": result.timings,
+                "claims": [c.to_dict() for c in result.claims],
+                "tables": _jsonable(result.tables),
+                "figures": figures,
+                "notes": result.notes,
+            }
+            held = sum(c.holds for c in result.claims)
+            log(f"done in {wall:.1f}s: {held}/{len(result.claims)} claims hold")
+        except Exception as err:  # a failed run is recorded, not lost
+            wall = time.perf_counter() - t0
+            tb = traceback.format_exc()
+            log(f"failed after {wall:.1f}s: {type(err).__name__}: {err}\n{tb}")
+            shutil.rmtree(tmp / "artifacts", ignore_errors=True)
+            for png in tmp.glob("*.png"):
+                png.unlink()
+            record = {**header, "status": "failed", "wall_time_s": wall,
+                      "error": f"{type(err).__name__}: {err}", "traceback": tb}
+        write_json_atomic(tmp / "result.json", record)
+        log_file.close()
+        final = _free_name(parent, started.strftime("%Y%m%dT%H%M%SZ"))
+        os.replace(tmp, final)
+    except BaseException:  # interrupted (Ctrl-C) or the writing itself failed: leave nothing behind
+        log_file.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        set_quiet(previous_quiet)
+        torch.use_deterministic_algorithms(previous_deterministic)
+    return RunRecord(name=exp.name, run_dir=final, result=record)
+
+
+def load_run(run_dir: str | os.PathLike) -> RunRecord:
+    """Read a run folder written by :func:`run`."""
+    run_dir = Path(run_dir)
+    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    return RunRecord(name=result["name"], run_dir=run_dir, result=result)
+
+
+def latest_run(runs_dir: str | os.PathLike, name: str) -> RunRecord | None:
+    """The most recent completed run of ``name`` under ``runs_dir``, or None."""
+    parent = Path(runs_dir) / name
+    if not parent.is_dir():
+        return None
+    done = [d for d in parent.iterdir() if not d.name.startswith(".") and (d / "result.json").is_file()]
+    if not done:
+        return None
+    return load_run(max(done, key=_run_sort_key))
+
+
+def latest_runs(runs_dir: str | os.PathLike) -> dict[str, RunRecord]:
+    """The most recent completed run of every experiment under ``runs_dir``, by name."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        return {}
+    found = {}
+    for sub in sorted(runs_dir.iterdir()):
+        if sub.is_dir() and not sub.name.startswith("."):
+            record = latest_run(runs_dir, sub.name)
+            if record is not None:
+                found[record.name] = record
+    return found
+
+
+def _run_sort_key(path: Path) -> tuple[str, int]:
+    stamp, _, suffix = path.name.partition("-")
+    return stamp, int(suffix) if suffix.isdigit() else 0
+
+
+def _free_name(parent: Path, stamp: str) -> Path:
+    candidate, i = parent / stamp, 1
+    while candidate.exists():
+        i += 1
+        candidate = parent / f"{stamp}-{i}"
+    return candidate
+
+
+def _save_figures(figures: Mapping[str, Any], run_dir: Path) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    names = []
+    for name, fig in figures.items():
+        fig.savefig(run_dir / name, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        names.append(name)
+    return names
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.generic, torch.Tensor)) and getattr(obj, "ndim", 0) == 0:
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        )
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,362 @@
+"""HyperAttention: long-context attention in near-linear time.
+
+Han, Jayaram, Karbasi, Mirrokni, Woodruff, Zandieh. ICLR 2024. https://arxiv.org/abs/2310.05869
+
+Exact attention is ``out = D^-1 A V`` with ``A = exp(scale * Q K^T)`` and ``D = diag(A 1)``.
+HyperAttention splits ``A`` into the few large entries and the rest:
+
+1. sortLSH (Alg. 1, Def. 1): hash queries and keys with ``r`` random hyperplanes, put the
+   ``2^r`` buckets in Gray-code order (neighbouring buckets differ in one bit), and sort
+   queries and keys by bucket. Large entries ``q_i . k_j`` now fall near the diagonal.
+2. The heavy mask ``M`` is the block diagonal of the sorted matrix (block size ``b``);
+   ``A o M`` is computed exactly, block by block.
+3. The rest, ``(A - A o M) V`` and its row sums, is estimated from ``m`` key columns sampled
+   uniformly, each rescaled by ``n / m``, with entries already inside ``M`` excluded
+   (Alg. 2: the row norms ``D`` are estimated from the same samples, so the
+   normalisation is consistent). The paper samples rows of ``V`` by their norms; like
+   the authors' code we sample uniformly.
+4. Both parts come back as ``(out, lse)`` and are merged exactly by log-sum-exp.
+
+Causal masking (Sec. 4, Alg. 4) recurses: the two diagonal halves are causal
+sub-problems, the lower-left block is unmasked and uses steps 1-4. Sequences of at
+most ``min_seq_len`` queries use exact attention.
+
+Shapes follow ``torch.nn.functional.scaled_dot_product_attention``: ``q`` is
+``(*batch, n_q, d)``, ``k`` is ``(*batch, n_k, d)``, ``v`` is ``(*batch, n_k, d_v)``;
+batch dimensions broadcast. (flash-attn's ``(batch, n, heads, d)`` layout must be
+transposed first.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from iclr24.core.checks import check_int, check_tensor
+
+__all__ = [
+    "HyperAttentionConfig",
+    "exact_attention",
+    "hyper_attention",
+    "lsh_bucket_ranks",
+    "merge_attention",
+]
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SHAPES = "(*batch, n, d)"
+# Work on at most this many score entries at once: bounds memory for many heads.
+_MAX_SCORES = 1 << 25
+_HAS_CPU_FLASH = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+
+
+@dataclass(frozen=True)
+class HyperAttentionConfig:
+    """Parameters of HyperAttention (the defaults are the authors').
+
+    block_size: queries/keys per diagonal block of the sorted matrix (``b``); 0 drops the
+        LSH blocks (uniform sampling alone, an ablation).
+    sample_size: key columns sampled for the residual (``m``); ``>= n`` uses every key;
+        0 drops the residual (LSH blocks alone, an ablation).
+    lsh_num_projs: random hyperplanes of sortLSH (``r``); ``2^r`` buckets.
+    min_seq_len: sequences of at most this many queries use exact attention.
+    """
+
+    block_size: int = 256
+    sample_size: int = 256
+    lsh_num_projs: int = 7
+    min_seq_len: int = 4096
+
+    def __post_init__(self) -> None:
+        check_int("block_size", self.block_size, minimum=0)
+        check_int("sample_size", self.sample_size, minimum=0)
+        if self.block_size == 0 and self.sample_size == 0:
+            raise ValueError("block_size and sample_size cannot both be 0: nothing would be attended")
+        check_int("lsh_num_projs", self.lsh_num_projs, minimum=1)
+        if self.lsh_num_projs > 16:
+            raise ValueError(f"lsh_num_projs must be <= 16 (2^r buckets), got {self.lsh_num_projs}")
+        check_int("min_seq_len", self.min_seq_len, minimum=0)
+
+
+# --- exact attention and the merge ----------------------------------------------------------------
+
+
+def _attend(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Softmax-weighted values and the log row sums; rows that are all ``-inf`` give (0, -inf)."""
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = row_max.masked_fill(torch.isinf(row_max), 0.0)
+    weights = (scores - row_max).exp_()  # one exp per score
+    row_sum = weights.sum(dim=-1, keepdim=True)
+    out = (weights @ v) / row_sum.masked_fill(row_sum == 0, 1.0)
+    return out, (row_max + row_sum.log()).squeeze(-1)
+
+
+def exact_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None
+) -> tuple[Tensor, Tensor]:
+    """Exact softmax attention that also returns the log-sum-exp of each row.
+
+    Args:
+        q: ``(B, n_q, d)``, k: ``(B, n_k, d)``, v: ``(B, n_k, d_v)``.
+        causal: mask keys after each query (top-left aligned, as SDPA's ``is_causal``).
+
+    Returns:
+        ``out`` ``(B, n_q, d_v)`` and ``lse`` ``(B, n_q)``, ``lse_i = log sum_j exp(scale q_i.k_j)``.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if (_HAS_CPU_FLASH and not needs_grad and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+            and v.shape[-1] == q.shape[-1]):
+        # Fast path: torch's CPU flash kernel returns (out, lse), but its lse carries no
+        # gradient, so it serves only when nothing needs one.
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), 0.0, causal, attn_mask=None, scale=scale
+        )
+        return out.squeeze(1), lse.squeeze(1)
+    # Readable path, differentiable: scores in query chunks to bound memory.
+    B, n_q, _ = q.shape
+    n_k = k.shape[1]
+    chunk = max(1, _MAX_SCORES // max(1, B * n_k))
+    outs, lses = [], []
+    for start in range(0, n_q, chunk):
+        scores = (q[:, start:start + chunk] @ k.transpose(-1, -2)) * scale  # (B, c, n_k)
+        if causal:
+            rows = torch.arange(start, min(start + chunk, n_q), device=q.device)
+            future = rows[:, None] < torch.arange(n_k, device=q.device)[None, :]
+            scores = scores.masked_fill(future, float("-inf"))
+        out, lse = _attend(scores, v)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs, 1), torch.cat(lses, 1)
+
+
+def merge_attention(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
+    """Combine attention over two disjoint key sets from their ``(out, lse)`` pairs.
+
+    ``lse = log(e^lse1 + e^lse2)`` and ``out = (e^lse1 out1 + e^lse2 out2) / e^lse``: exact,
+    so attention over the union is recovered from its parts.
+    """
+    lse = torch.logaddexp(lse1, lse2)
+    safe = lse.masked_fill(torch.isinf(lse), 0.0)
+    w1 = torch.exp(lse1 - safe).unsqueeze(-1)
+    w2 = torch.exp(lse2 - safe).unsqueeze(-1)
+    return out1 * w1 + out2 * w2, lse
+
+
+# --- step 1: sortLSH --------------------------------------------------------------------------------
+
+
+def _gray_rank_table(r: int, device: torch.device) -> Tensor:
+    """``table[code]`` = position of ``code`` in the r-bit Gray sequence ``i ^ (i >> 1)``."""
+    i = torch.arange(2**r, device=device)
+    table = torch.empty_like(i)
+    table[i ^ (i >> 1)] = i
+    return table
+
+
+def lsh_bucket_ranks(x: Tensor, projections: Tensor) -> Tensor:
+    """sortLSH bucket of each row of ``x``, numbered in Gray-code order.
+
+    Args:
+        x: ``(..., n, d)`` queries or keys.
+        projections: ``(d, r)`` random hyperplane normals, shared by queries and keys.
+
+    Returns:
+        ``(..., n)`` integer ranks in ``[0, 2^r)``; rows whose ranks differ by one lie in
+        buckets whose hashes differ in exactly one bit.
+    """
+    r = projections.shape[-1]
+    bits = (x @ projections.to(x.dtype)) > 0  # (..., n, r)
+    codes = (bits.long() << torch.arange(r, device=x.device)).sum(-1)
+    return _gray_rank_table(r, x.device)[codes]
+
+
+# --- steps 2-4: non-causal HyperAttention ------------------------------------------------------------
+
+
+def _gather_rows(x: Tensor, index: Tensor) -> Tensor:
+    """``x[b, index[b, i], :]`` for ``x`` ``(B, n, c)`` and ``index`` ``(B, m)``."""
+    return torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    return x if x.shape[1] == rows else torch.nn.functional.pad(x, (0, 0, 0, rows - x.shape[1]))
+
+
+def _noncausal(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, cfg: HyperAttentionConfig,
+    projections: Tensor, generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor]:
+    B, n_q, d = q.shape
+    n_k, d_v = k.shape[1], v.shape[-1]
+    if n_q <= cfg.min_seq_len:
+        return exact_attention(q, k, v, scale=scale)
+
+    if cfg.block_size == 0:  # ablation: uniform sampling alone, nothing excluded
+        return _sampled_residual(q, k, v, scale, cfg.sample_size, generator)
+
+    # Step 1: sort queries and keys by their sortLSH bucket.
+    q_order = torch.argsort(lsh_bucket_ranks(q, projections), dim=-1, stable=True)  # (B, n_q)
+    k_order = torch.argsort(lsh_bucket_ranks(k, projections), dim=-1, stable=True)  # (B, n_k)
+    q_s, k_s, v_s = _gather_rows(q, q_order), _gather_rows(k, k_order), _gather_rows(v, k_order)
+
+    # Step 2: exact attention inside the diagonal blocks of the sorted matrix (A o M).
+    # With n_q != n_k the blocks keep the same count, so query blocks scale in proportion.
+    n_blocks = math.ceil(n_k / cfg.block_size)
+    bk, bq = cfg.block_size, math.ceil(n_q / n_blocks)
+    qb = _pad_rows(q_s, n_blocks * bq).view(B, n_blocks, bq, d)
+    kb = _pad_rows(k_s, n_blocks * bk).view(B, n_blocks, bk, d)
+    vb = _pad_rows(v_s, n_blocks * bk).view(B, n_blocks, bk, d_v)
+    scores = (qb @ kb.transpose(-1, -2)) * scale  # (B, nb, bq, bk)
+    if n_blocks * bk != n_k:
+        padded = torch.arange(n_blocks * bk, device=q.device).view(n_blocks, 1, bk) >= n_k
+        scores = scores.masked_fill(padded, float("-inf"))
+    out_s, lse_s = _attend(scores, vb)
+    out_s = out_s.reshape(B, n_blocks * bq, d_v)[:, :n_q]
+    lse_s = lse_s.reshape(B, n_blocks * bq)[:, :n_q]
+
+    # Step 3: the residual (A - A o M) V and its row sums from sampled key columns, with
+    # columns inside a query's own block excluded (step 2 counted them already).
+    # Step 4: merge both parts by log-sum-exp.
+    if cfg.sample_size > 0:
+        q_block = torch.arange(n_q, device=q.device) // bq
+        sample_out, sample_lse = _sampled_residual(q_s, k_s, v_s, scale, cfg.sample_size, generator,
+                                                   q_block=q_block, key_block_size=bk)
+        out_s, lse_s = merge_attention(out_s, lse_s, sample_out, sample_lse)
+
+    inverse = torch.argsort(q_order, dim=-1)  # undo the query sort
+    return _gather_rows(out_s, inverse), torch.gather(lse_s, 1, inverse)
+
+
+def _sampled_residual(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, sample_size: int, generator: torch.Generator | None,
+    q_block: Tensor | None = None, key_block_size: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Attention estimated from ``m`` key columns sampled uniformly with replacement.
+
+    Each sampled column stands for ``n_k / m`` columns, so ``exp(lse)`` estimates the row sum
+    without bias; with ``m >= n_k`` every column is used once and the result is exact.
+    Columns whose block (``index // key_block_size``) equals the query's ``q_block`` are
+    excluded.
+    """
+    B, n_q, _ = q.shape
+    n_k = k.shape[1]
+    if sample_size >= n_k:
+        index = torch.arange(n_k, device=q.device).expand(B, n_k)
+        log_weight = 0.0
+    else:
+        index = torch.randint(n_k, (B, sample_size), device=q.device, generator=generator)
+        log_weight = math.log(n_k / sample_size)
+    scores = (q @ _gather_rows(k, index).transpose(-1, -2)) * scale  # (B, n_q, m)
+    if q_block is not None:
+        in_block = q_block.view(1, n_q, 1) == (index // key_block_size).unsqueeze(1)
+        scores = scores.masked_fill(in_block, float("-inf"))
+    out, lse = _attend(scores, _gather_rows(v, index))
+    return out, lse + log_weight
+
+
+# --- causal recursion ---------------------------------------------------------------------------------
+
+
+def _causal(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, cfg: HyperAttentionConfig,
+    projections: Tensor, generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor]:
+    n = q.shape[1]
+    if n <= cfg.min_seq_len:
+        return exact_attention(q, k, v, causal=True, scale=scale)
+    h = n // 2
+    # [ causal(top-left)          0          ]
+    # [ noncausal(bottom-left)  causal(bottom-right) ]
+    out_top, lse_top = _causal(q[:, :h], k[:, :h], v[:, :h], scale, cfg, projections, generator)
+    out_left, lse_left = _noncausal(q[:, h:], k[:, :h], v[:, :h], scale, cfg, projections, generator)
+    out_right, lse_right = _causal(q[:, h:], k[:, h:], v[:, h:], scale, cfg, projections, generator)
+    out_bottom, lse_bottom = merge_attention(out_left, lse_left, out_right, lse_right)
+    return torch.cat([out_top, out_bottom], 1), torch.cat([lse_top, lse_bottom], 1)
+
+
+# --- public entry point ----------------------------------------------------------------------------------
+
+
+def hyper_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    block_size: int = 256,
+    sample_size: int = 256,
+    lsh_num_projs: int = 7,
+    min_seq_len: int = 4096,
+    scale: float | None = None,
+    generator: torch.Generator | None = None,
+    lsh_projections: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Approximate softmax attention in near-linear time.
+
+    Args:
+        q: queries ``(*batch, n_q, d)``, e.g. ``(batch, heads, n, d)``.
+        k: keys ``(*batch, n_k, d)``.
+        v: values ``(*batch, n_k, d_v)``. Batch dimensions broadcast as in SDPA.
+        causal: causal masking (needs ``n_q == n_k``), by the paper's recursion.
+        block_size, sample_size, lsh_num_projs, min_seq_len: see :class:`HyperAttentionConfig`.
+        scale: score scale; default ``1 / sqrt(d)``.
+        generator: random source for the LSH hyperplanes and the sampled columns.
+        lsh_projections: fixed ``(d, lsh_num_projs)`` hyperplanes (a module keeps them as a
+            buffer); drawn from ``generator`` when omitted.
+
+    Returns:
+        ``out`` ``(*batch, n_q, d_v)`` in the input dtype, and ``lse`` ``(*batch, n_q)``: the
+        estimated ``log sum_j exp(scale q_i.k_j)`` of each row, in float32 (float64 for
+        float64 input), so partial results can be merged with :func:`merge_attention`.
+
+    Example:
+        >>> q = k = v = torch.randn(1, 2, 8192, 64)
+        >>> out, lse = hyper_attention(q, k, v, causal=True)
+        >>> out.shape, lse.shape
+        (torch.Size([1, 2, 8192, 64]), torch.Size([1, 2, 8192]))
+    """
+    cfg = HyperAttentionConfig(block_size, sample_size, lsh_num_projs, min_seq_len)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, min_ndim=2, dtypes=_FLOAT_DTYPES, shape_doc=_SHAPES)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same head dimension d, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length n_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
+        ) from None
+    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    if causal and n_q != n_k:
+        raise ValueError(f"causal=True needs as many queries as keys, got n_q={n_q} and n_k={n_k}")
+    if n_k == 0:
+        raise ValueError("k and v must hold at least one key, got n_k=0")
+    if lsh_projections is None:
+        lsh_projections = torch.randn(d, lsh_num_projs, generator=generator, device=q.device)
+    elif tuple(lsh_projections.shape) != (d, lsh_num_projs):
+        raise ValueError(f"lsh_projections must have shape (d, lsh_num_projs) = {(d, lsh_num_projs)}, "
+                         f"got {tuple(lsh_projections.shape)}")
+    scale = d**-0.5 if scale is None else float(scale)
+
+    # Half precision is computed in float32: the sums over thousands of keys need it.
+    compute = torch.promote_types(q.dtype, torch.float32)
+    flat = [x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:]).to(compute) for x in (q, k, v)]
+    algorithm = _causal if causal else _noncausal
+    # Many heads at long n: run them in groups so the score tensors stay bounded.
+    B = flat[0].shape[0]
+    per_head = max(n_q, n_k) * max(cfg.block_size, min(cfg.sample_size, n_k), min(cfg.min_seq_len, n_k), 1)
+    group = max(1, _MAX_SCORES // per_head)
+    outs, lses = [], []
+    for start in range(0, B, group):
+        out, lse = algorithm(*(x[start:start + group] for x in flat), scale, cfg, lsh_projections, generator)
+        outs.append(out)
+        lses.append(lse)
+    out, lse = torch.cat(outs), torch.cat(lses)
+    return out.to(q.dtype).reshape(*batch, n_q, v.shape[-1]), lse.reshape(*batch, n_q)

@@ -1,0 +1,275 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from iclr24.hyperattention import (
+    HyperAttention,
+    exact_attention,
+    hyper_attention,
+    lsh_bucket_ranks,
+    merge_attention,
+    patch_sdpa,
+)
+
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def qkv(*shape, dtype=torch.float64, seed=0, d_v=None):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*shape, generator=g, dtype=dtype)
+    k = torch.randn(*shape, generator=g, dtype=dtype)
+    v_shape = (*shape[:-1], d_v or shape[-1])
+    return q, k, torch.randn(*v_shape, generator=g, dtype=dtype)
+
+
+# --- exactness when everything is covered ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cover", ["block", "sample"])
+def test_equals_exact_attention_when_blocks_or_samples_cover_every_key(dtype, causal, cover):
+    q, k, v = qkv(2, 3, 300, 16, dtype=dtype)
+    kwargs = {"block_size": 512, "sample_size": 4} if cover == "block" else {"block_size": 8, "sample_size": 512}
+    out, lse = hyper_attention(q, k, v, causal=causal, min_seq_len=16, generator=torch.Generator().manual_seed(1),
+                               **kwargs)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
+    scores = q @ k.transpose(-1, -2) / 4.0
+    if causal:
+        scores = scores.masked_fill(torch.ones(300, 300, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1), atol=TOL[dtype] * 10, rtol=TOL[dtype])
+
+
+def test_uses_exact_attention_up_to_min_seq_len():
+    q, k, v = qkv(1, 2, 256, 8)
+    out, _ = hyper_attention(q, k, v, causal=True, block_size=4, sample_size=4, min_seq_len=256)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_unequal_query_and_key_lengths_cover_exactly():
+    q, _, _ = qkv(1, 1, 333, 8, seed=3)
+    _, k, v = qkv(1, 1, 1000, 8, seed=4)
+    out, _ = hyper_attention(q, k, v, block_size=64, sample_size=1000, min_seq_len=0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
+
+
+# --- the pieces -----------------------------------------------------------------------------------------
+
+
+def test_merge_of_two_key_halves_is_attention_over_all_keys():
+    q, k, v = qkv(2, 50, 8)
+    out1, lse1 = exact_attention(q, k[:, :20], v[:, :20])
+    out2, lse2 = exact_attention(q, k[:, 20:], v[:, 20:])
+    out, lse = merge_attention(out1, lse1, out2, lse2)
+    ref_out, ref_lse = exact_attention(q, k, v)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(lse, ref_lse)
+
+
+def test_merge_with_an_empty_part_returns_the_other():
+    out1, lse1 = torch.randn(1, 3, 4), torch.randn(1, 3)
+    out, lse = merge_attention(out1, lse1, torch.zeros(1, 3, 4), torch.full((1, 3), float("-inf")))
+    torch.testing.assert_close(out, out1)
+    torch.testing.assert_close(lse, lse1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_exact_attention_fast_path_equals_differentiable_path(causal):
+    q, k, v = qkv(3, 200, 16, dtype=torch.float32)
+    fast_out, fast_lse = exact_attention(q, k, v, causal=causal)
+    slow_out, slow_lse = exact_attention(q.requires_grad_(), k, v, causal=causal)
+    assert slow_lse.requires_grad
+    torch.testing.assert_close(fast_out, slow_out.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast_lse, slow_lse.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_lsh_buckets_are_in_gray_code_order():
+    r = 4
+    projections = torch.eye(r)  # the hash bit i is the sign of coordinate i
+    corners = torch.tensor([[1.0 if (c >> i) & 1 else -1.0 for i in range(r)] for c in range(2**r)])
+    ranks = lsh_bucket_ranks(corners, projections)
+    assert sorted(ranks.tolist()) == list(range(2**r))
+    codes_by_rank = torch.empty(2**r, dtype=torch.long)
+    codes_by_rank[ranks] = torch.arange(2**r)
+    for a, b in zip(codes_by_rank[:-1].tolist(), codes_by_rank[1:].tolist()):
+        assert bin(a ^ b).count("1") == 1, "neighbouring buckets must differ in exactly one bit"
+
+
+def test_lsh_is_scale_invariant_and_shared_between_queries_and_keys():
+    x = torch.randn(100, 16)
+    p = torch.randn(16, 7)
+    assert torch.equal(lsh_bucket_ranks(x, p), lsh_bucket_ranks(3.0 * x, p))
+
+
+# --- properties of the approximation ---------------------------------------------------------------
+
+
+def test_causal_output_never_depends_on_future_keys():
+    q, k, v = qkv(1, 2, 512, 16)
+    kwargs = {"causal": True, "block_size": 16, "sample_size": 16, "min_seq_len": 64}
+    out, _ = hyper_attention(q, k, v, generator=torch.Generator().manual_seed(5), **kwargs)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 300:, :] = torch.randn_like(k2[..., 300:, :]) * 10
+    v2[..., 300:, :] = torch.randn_like(v2[..., 300:, :]) * 10
+    out2, _ = hyper_attention(q, k2, v2, generator=torch.Generator().manual_seed(5), **kwargs)
+    torch.testing.assert_close(out[..., :300, :], out2[..., :300, :], atol=0, rtol=0)
+    assert not torch.allclose(out[..., 300:, :], out2[..., 300:, :])
+
+
+def test_same_generator_seed_gives_identical_output():
+    q, k, v = qkv(1, 1, 600, 8)
+    a, _ = hyper_attention(q, k, v, block_size=32, sample_size=32, min_seq_len=0,
+                           generator=torch.Generator().manual_seed(7))
+    b, _ = hyper_attention(q, k, v, block_size=32, sample_size=32, min_seq_len=0,
+                           generator=torch.Generator().manual_seed(7))
+    assert torch.equal(a, b)
+
+
+def planted(n=2048, d=32, strength=12.0, seed=0):
+    """Each query is a noisy copy of one key: one large entry per row (about 90% of its mass)."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=-1)
+    q = strength * k[torch.randperm(n, generator=g)] + 0.3 * torch.randn(n, d, generator=g)
+    return q, k, torch.randn(n, d, generator=g)
+
+
+def test_sampling_and_blocks_together_beat_either_alone_on_planted_heavy_keys():
+    q, k, v = planted()
+    exact = F.scaled_dot_product_attention(q, k, v, scale=1.0)
+
+    def err(**kw):
+        errors = []
+        for seed in range(3):
+            out, _ = hyper_attention(q, k, v, scale=1.0, min_seq_len=0, generator=torch.Generator().manual_seed(seed),
+                                     **kw)
+            errors.append(((out - exact).norm() / exact.norm()).item())
+        return sum(errors) / len(errors)
+
+    both, blocks_only, sampling_only = (err(block_size=64, sample_size=64), err(block_size=64, sample_size=0),
+                                        err(block_size=0, sample_size=64))
+    assert both < blocks_only and both < sampling_only, (both, blocks_only, sampling_only)
+
+
+def test_gradients_match_exact_attention_when_covered():
+    q, k, v = (x.requires_grad_() for x in qkv(1, 2, 128, 8))
+    out, _ = hyper_attention(q, k, v, causal=True, block_size=8, sample_size=256, min_seq_len=16)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for g_, r_ in zip(grads, ref_grads):
+        torch.testing.assert_close(g_, r_)
+
+
+# --- shapes and dtypes ------------------------------------------------------------------------------------
+
+
+def test_batch_dimensions_broadcast_like_sdpa():
+    q, _, _ = qkv(2, 3, 64, 8)
+    _, k, v = qkv(1, 3, 64, 8, seed=1, d_v=5)
+    out, lse = hyper_attention(q, k, v, min_seq_len=0, block_size=128)
+    assert out.shape == (2, 3, 64, 5) and lse.shape == (2, 3, 64)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k.expand(2, -1, -1, -1),
+                                                                   v.expand(2, -1, -1, -1)))
+
+
+def test_bfloat16_input_gives_bfloat16_output_close_to_float32():
+    q, k, v = qkv(1, 2, 256, 16, dtype=torch.float32)
+    out32, _ = hyper_attention(q, k, v, block_size=512, min_seq_len=0)
+    out16, lse16 = hyper_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), block_size=512, min_seq_len=0)
+    assert out16.dtype == torch.bfloat16 and lse16.dtype == torch.float32
+    torch.testing.assert_close(out16.float(), out32, atol=2e-2, rtol=2e-2)
+
+
+# --- errors -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda q, k, v: (q[..., :4], k, v), "same head dimension d"),
+        (lambda q, k, v: (q, k, v[..., :10, :]), "same length n_k"),
+        (lambda q, k, v: (q[:, :, :10], k, v), "as many queries as keys"),
+        (lambda q, k, v: (q.masked_fill(q > 2, float("nan")), k, v), "q must be finite"),
+        (lambda q, k, v: (q, k.long(), v), "k must have dtype"),
+        (lambda q, k, v: (q, k.float(), v), "share a dtype"),
+        (lambda q, k, v: (q[:1, :2], k[:, :3], v[:, :3]), "do not broadcast"),
+        (lambda q, k, v: (q[0, 0, 0], k, v), r"q must have at least 2 dimensions \(\*batch, n, d\)"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(change, match):
+    q, k, v = qkv(2, 3, 32, 8)
+    with pytest.raises((ValueError, TypeError), match=match):
+        hyper_attention(*change(q, k, v), causal=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"block_size": -1}, "block_size must be >= 0, got -1"),
+        ({"block_size": 0, "sample_size": 0}, "cannot both be 0"),
+        ({"sample_size": 2.5}, "sample_size must be an int, got 2.5"),
+        ({"lsh_num_projs": 17}, "lsh_num_projs must be <= 16"),
+        ({"min_seq_len": -1}, "min_seq_len must be >= 0"),
+        ({"lsh_projections": torch.randn(8, 3)}, r"lsh_projections must have shape \(d, lsh_num_projs\)"),
+    ],
+)
+def test_bad_parameters_raise_clear_errors(kwargs, match):
+    q, k, v = qkv(1, 32, 8)
+    with pytest.raises((ValueError, TypeError), match=match):
+        hyper_attention(q, k, v, **kwargs)
+
+
+# --- the module and the SDPA patch ----------------------------------------------------------------------
+
+
+def test_module_repr_and_buffer():
+    attn = HyperAttention(head_dim=16, block_size=64)
+    assert repr(attn) == ("HyperAttention(head_dim=16, block_size=64, sample_size=256, lsh_num_projs=7, "
+                          "min_seq_len=4096)")
+    assert attn.state_dict()["lsh_projections"].shape == (16, 7)
+
+
+def test_module_is_an_sdpa_drop_in():
+    q, k, v = qkv(2, 2, 128, 16, dtype=torch.float32)
+    attn = HyperAttention(head_dim=16, min_seq_len=4096)
+    torch.testing.assert_close(attn(q, k, v, is_causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    attn = HyperAttention(head_dim=16, block_size=16, sample_size=16, min_seq_len=32)
+    torch.manual_seed(3)
+    a = attn(q, k, v, None, 0.0, True)
+    torch.manual_seed(3)
+    b, _ = hyper_attention(q, k, v, causal=True, block_size=16, sample_size=16, min_seq_len=32,
+                           lsh_projections=attn.lsh_projections)
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"attn_mask": torch.ones(8, 8, dtype=torch.bool)}, "takes no attn_mask"),
+        ({"dropout_p": 0.1}, "dropout_p must be 0.0"),
+    ],
+)
+def test_module_refuses_what_it_cannot_do(kwargs, match):
+    q, k, v = qkv(1, 8, 16, dtype=torch.float32)
+    with pytest.raises(ValueError, match=match):
+        HyperAttention(head_dim=16)(q, k, v, **kwargs)
+
+
+def test_module_checks_head_dim():
+    q, k, v = qkv(1, 8, 16, dtype=torch.float32)
+    with pytest.raises(ValueError, match="built for head_dim=32"):
+        HyperAttention(head_dim=32)(q, k, v)
+
+
+def test_patch_sdpa_routes_long_sequences_and_restores():
+    q, k, v = qkv(1, 1, 512, 16, dtype=torch.float32)
+    exact = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    original = F.scaled_dot_product_attention
+    with patch_sdpa(block_size=16, sample_size=16, min_seq_len=64):
+        approx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        short = F.scaled_dot_product_attention(q[..., :64, :], k[..., :64, :], v[..., :64, :], is_causal=True)
+    assert F.scaled_dot_product_attention is original
+    assert not torch.allclose(approx, exact)
+    torch.testing.assert_close(approx[..., :64, :], exact[..., :64, :])  # causal leaves are exact
+    torch.testing.assert_close(short, exact[..., :64, :])
