@@ -75,6 +75,8 @@ def run_command(
     report_dir: Path = typer.Option(Path("report"), "--report-dir", help="Where the report is rebuilt."),
     report: bool = typer.Option(True, "--report/--no-report", help="Rebuild the report after running."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
+    threads: int = typer.Option(1, "--threads", min=1,
+                                help="torch threads; 1 gives the steadiest timings on a shared machine."),
 ) -> None:
     """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
     experiments = _resolve(name)
@@ -91,7 +93,8 @@ def run_command(
 
     failed = []
     for exp in experiments:
-        record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet)
+        record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet,
+                                threads=threads)
         _print_record(record)
         if not record.ok:
             failed.append(record)

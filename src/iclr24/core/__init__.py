@@ -12,7 +12,7 @@ from iclr24.core.experiment import (
     get_experiment,
     list_experiments,
 )
-from iclr24.core.progress import progress, set_quiet, track
+from iclr24.core.progress import set_quiet, track
 from iclr24.core.runner import RunRecord, latest_run, latest_runs, load_run, run, seed_everything
 from iclr24.core.timing import fit_power_law, interleaved_times, median_ratio
 
@@ -36,7 +36,6 @@ __all__ = [
     "list_experiments",
     "load_run",
     "median_ratio",
-    "progress",
     "run",
     "seed_everything",
     "set_quiet",

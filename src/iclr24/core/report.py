@@ -117,6 +117,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from iclr24 import cli
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(cli.app, list(args))
+
+
+def test_list_shows_registered_methods(toys, tmp_path):
+    result = invoke("list", "--runs", str(tmp_path))
+    assert result.exit_code == 0 and "hyperattention" in result.output and "toy" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("run", "nope"), "error: unknown experiment 'nope'; known experiments:"),
+        (("run", "toy", "--preset", "huge"), "error: unknown preset 'huge'"),
+        (("run", "toy", "--preset", "paper"), "error: unknown preset 'paper' for experiment 'toy'"),
+        (("run", "toy", "--set", "size=3"), "error: unknown key 'size'"),
+        (("run", "toy", "--set", "n=x"), "error: bad value for 'n'"),
+        (("run", "all", "--set", "n=1"), "error: --set applies to one method's config"),
+        (("show", "toy"), "error: no run of 'toy'"),
+        (("report", "--runs", "missing-folder"), "error: no runs folder"),
+    ],
+)
+def test_user_errors_print_one_line_and_exit_2(toys, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "runs" / "toy").exists()
+
+
+def test_run_show_and_report(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", "toy", "--preset", "smoke", "--quiet", "--set", "n=5")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs" / "toy").iterdir()
+    assert json.loads((run_dir / "config.json").read_text())["fields"]["n"] == 5
+    assert (tmp_path / "report" / "index.html").is_file()
+    result = invoke("show", "toy")
+    assert result.exit_code == 0 and "mean is small" in result.output and "mean" in result.output
+    result = invoke("report", "--out", "elsewhere")
+    assert result.exit_code == 0 and (tmp_path / "elsewhere" / "index.html").is_file()
+
+
+def test_a_failed_run_exits_1_with_its_traceback(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", "toy", "--preset", "smoke", "--quiet", "--set", "fail=true", "--no-report")
+    assert result.exit_code == 1
+    assert "RuntimeError: the toy failed on purpose" in result.output and "Traceback" in result.output
+
+
+def test_run_all_runs_every_experiment_and_reports_failures_at_the_end(toys, tmp_path, monkeypatch):
+    from iclr24.core import get_experiment
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "list_experiments",
+                        lambda: [get_experiment("toy_forgetful"), get_experiment("toy")])
+    result = invoke("run", "all", "--preset", "smoke", "--quiet")
+    assert result.exit_code == 1
+    assert (tmp_path / "runs" / "toy").is_dir()  # ran after the first one failed
+    assert "1 of 2 runs failed: toy_forgetful" in result.output
