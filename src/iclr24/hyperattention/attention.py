@@ -49,6 +49,8 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SHAPES = "(*batch, n, d)"
 # Work on at most this many score entries at once: bounds memory for many heads.
 _MAX_SCORES = 1 << 25
+# Score entries per chunk of the sorted queries: a few MB, so temporaries stay in cache.
+_CHUNK_SCORES = 1 << 20
 _HAS_CPU_FLASH = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
 
 
@@ -193,68 +195,69 @@ def _noncausal(
     n_k, d_v = k.shape[1], v.shape[-1]
     if n_q <= cfg.min_seq_len:
         return exact_attention(q, k, v, scale=scale)
-
     if cfg.block_size == 0:  # ablation: uniform sampling alone, nothing excluded
-        return _sampled_residual(q, k, v, scale, cfg.sample_size, generator)
+        index, log_weight = _sample_columns(B, n_k, cfg.sample_size, generator, q.device)
+        out, lse = _attend(q @ _gather_rows(k, index).transpose(-1, -2) * scale, _gather_rows(v, index))
+        return out, lse + log_weight
 
     # Step 1: sort queries and keys by their sortLSH bucket.
     q_order = torch.argsort(lsh_bucket_ranks(q, projections), dim=-1, stable=True)  # (B, n_q)
     k_order = torch.argsort(lsh_bucket_ranks(k, projections), dim=-1, stable=True)  # (B, n_k)
     q_s, k_s, v_s = _gather_rows(q, q_order), _gather_rows(k, k_order), _gather_rows(v, k_order)
 
-    # Step 2: exact attention inside the diagonal blocks of the sorted matrix (A o M).
-    # With n_q != n_k the blocks keep the same count, so query blocks scale in proportion.
+    # The block-diagonal mask M on the sorted order: n_blocks blocks of bk keys; with
+    # n_q != n_k the query blocks keep the same count and scale in proportion (bq).
     n_blocks = math.ceil(n_k / cfg.block_size)
     bk, bq = cfg.block_size, math.ceil(n_q / n_blocks)
     qb = _pad_rows(q_s, n_blocks * bq).view(B, n_blocks, bq, d)
     kb = _pad_rows(k_s, n_blocks * bk).view(B, n_blocks, bk, d)
     vb = _pad_rows(v_s, n_blocks * bk).view(B, n_blocks, bk, d_v)
-    scores = (qb @ kb.transpose(-1, -2)) * scale  # (B, nb, bq, bk)
-    if n_blocks * bk != n_k:
-        padded = torch.arange(n_blocks * bk, device=q.device).view(n_blocks, 1, bk) >= n_k
-        scores = scores.masked_fill(padded, float("-inf"))
-    out_s, lse_s = _attend(scores, vb)
-    out_s = out_s.reshape(B, n_blocks * bq, d_v)[:, :n_q]
-    lse_s = lse_s.reshape(B, n_blocks * bq)[:, :n_q]
+    key_padding = torch.arange(n_blocks * bk, device=q.device).view(n_blocks, 1, bk) >= n_k
 
-    # Step 3: the residual (A - A o M) V and its row sums from sampled key columns, with
-    # columns inside a query's own block excluded (step 2 counted them already).
-    # Step 4: merge both parts by log-sum-exp.
+    # Step 3's columns are drawn once for all queries: (A - A o M) V and its row sums are
+    # estimated from m columns, each standing for n_k / m.
     if cfg.sample_size > 0:
-        q_block = torch.arange(n_q, device=q.device) // bq
-        sample_out, sample_lse = _sampled_residual(q_s, k_s, v_s, scale, cfg.sample_size, generator,
-                                                   q_block=q_block, key_block_size=bk)
-        out_s, lse_s = merge_attention(out_s, lse_s, sample_out, sample_lse)
+        index, log_weight = _sample_columns(B, n_k, cfg.sample_size, generator, q.device)
+        k_sampled, v_sampled = _gather_rows(k_s, index), _gather_rows(v_s, index)
+        sampled_block = (index // bk).unsqueeze(1)  # (B, 1, m)
+
+    # Steps 2-4 walk the sorted queries a few blocks at a time, so every temporary stays
+    # cache-sized: that keeps the time linear in n, not just the operation count.
+    step = max(1, _CHUNK_SCORES // (bq * (bk + cfg.sample_size)))
+    outs, lses = [], []
+    for j0 in range(0, n_blocks, step):
+        j1 = min(j0 + step, n_blocks)
+        # Step 2: exact attention inside the diagonal blocks (A o M).
+        scores = (qb[:, j0:j1] @ kb[:, j0:j1].transpose(-1, -2)) * scale  # (B, c, bq, bk)
+        out, lse = _attend(scores.masked_fill(key_padding[j0:j1], float("-inf")), vb[:, j0:j1])
+        out, lse = out.reshape(B, -1, d_v), lse.reshape(B, -1)  # (B, c*bq, d_v), (B, c*bq)
+        if cfg.sample_size > 0:
+            # Step 3: the sampled residual, without the columns of the query's own block.
+            scores = (qb[:, j0:j1].reshape(B, -1, d) @ k_sampled.transpose(-1, -2)) * scale  # (B, c*bq, m)
+            q_block = torch.arange(j0, j1, device=q.device).repeat_interleave(bq).view(1, -1, 1)
+            sample_out, sample_lse = _attend(scores.masked_fill(q_block == sampled_block, float("-inf")), v_sampled)
+            # Step 4: merge both parts by log-sum-exp.
+            out, lse = merge_attention(out, lse, sample_out, sample_lse + log_weight)
+        outs.append(out)
+        lses.append(lse)
+    out_s, lse_s = torch.cat(outs, 1)[:, :n_q], torch.cat(lses, 1)[:, :n_q]
 
     inverse = torch.argsort(q_order, dim=-1)  # undo the query sort
     return _gather_rows(out_s, inverse), torch.gather(lse_s, 1, inverse)
 
 
-def _sampled_residual(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, sample_size: int, generator: torch.Generator | None,
-    q_block: Tensor | None = None, key_block_size: int = 1,
-) -> tuple[Tensor, Tensor]:
-    """Attention estimated from ``m`` key columns sampled uniformly with replacement.
+def _sample_columns(
+    batch: int, n_k: int, sample_size: int, generator: torch.Generator | None, device: torch.device
+) -> tuple[Tensor, float]:
+    """``m`` key columns drawn uniformly with replacement, and ``log(n_k / m)``.
 
-    Each sampled column stands for ``n_k / m`` columns, so ``exp(lse)`` estimates the row sum
-    without bias; with ``m >= n_k`` every column is used once and the result is exact.
-    Columns whose block (``index // key_block_size``) equals the query's ``q_block`` are
-    excluded.
+    With the weight ``n_k / m`` per sampled column the estimated row sums are unbiased;
+    ``m >= n_k`` takes every column once (weight 1), which is exact.
     """
-    B, n_q, _ = q.shape
-    n_k = k.shape[1]
     if sample_size >= n_k:
-        index = torch.arange(n_k, device=q.device).expand(B, n_k)
-        log_weight = 0.0
-    else:
-        index = torch.randint(n_k, (B, sample_size), device=q.device, generator=generator)
-        log_weight = math.log(n_k / sample_size)
-    scores = (q @ _gather_rows(k, index).transpose(-1, -2)) * scale  # (B, n_q, m)
-    if q_block is not None:
-        in_block = q_block.view(1, n_q, 1) == (index // key_block_size).unsqueeze(1)
-        scores = scores.masked_fill(in_block, float("-inf"))
-    out, lse = _attend(scores, _gather_rows(v, index))
-    return out, lse + log_weight
+        return torch.arange(n_k, device=device).expand(batch, n_k), 0.0
+    index = torch.randint(n_k, (batch, sample_size), device=device, generator=generator)
+    return index, math.log(n_k / sample_size)
 
 
 # --- causal recursion ---------------------------------------------------------------------------------
