@@ -74,14 +74,24 @@ def test_merge_with_an_empty_part_returns_the_other():
     torch.testing.assert_close(lse, lse1)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("causal", [False, True])
-def test_exact_attention_fast_path_equals_differentiable_path(causal):
-    q, k, v = qkv(3, 200, 16, dtype=torch.float32)
-    fast_out, fast_lse = exact_attention(q, k, v, causal=causal)
-    slow_out, slow_lse = exact_attention(q.requires_grad_(), k, v, causal=causal)
-    assert slow_lse.requires_grad
-    torch.testing.assert_close(fast_out, slow_out.detach(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(fast_lse, slow_lse.detach(), atol=1e-5, rtol=1e-5)
+def test_flash_fast_path_equals_reference_in_values_and_gradients_of_out_and_lse(dtype, causal):
+    from iclr24.hyperattention.attention import _exact_attention_reference
+
+    q, k, v = (x.requires_grad_() for x in qkv(2, 60, 8, dtype=dtype))
+    w_out, w_lse = torch.randn(2, 60, 8, dtype=dtype), torch.randn(2, 60, dtype=dtype)
+    out, lse = exact_attention(q, k, v, causal=causal)
+    ref_out, ref_lse = _exact_attention_reference(q, k, v, causal, 8**-0.5)
+    torch.testing.assert_close((out, lse), (ref_out, ref_lse), atol=TOL[dtype] * 10, rtol=TOL[dtype] * 10)
+    grads = torch.autograd.grad((out * w_out).sum() + (lse * w_lse).sum(), (q, k, v))
+    ref_grads = torch.autograd.grad((ref_out * w_out).sum() + (ref_lse * w_lse).sum(), (q, k, v))
+    torch.testing.assert_close(grads, ref_grads, atol=TOL[dtype] * 100, rtol=TOL[dtype] * 100)
+
+
+def test_flash_fast_path_passes_gradcheck():
+    q, k, v = (x.requires_grad_() for x in qkv(1, 6, 4))
+    assert torch.autograd.gradcheck(lambda a, b, c: exact_attention(a, b, c, causal=True), (q, k, v))
 
 
 def test_lsh_buckets_are_in_gray_code_order():

@@ -95,6 +95,39 @@ def _attend(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return out, (row_max + row_sum.log()).squeeze(-1)
 
 
+class _FlashAttentionWithLse(torch.autograd.Function):
+    """torch's CPU flash kernel, differentiable in both ``out`` and ``lse``.
+
+    The kernel's own autograd treats ``lse`` as constant, which would make merged partial
+    attentions' gradients wrong. The lse gradient adds ``g_lse * P`` to the score gradient
+    ``dS = P o (dO V^T - rowsum(dO o O))``; the kernel's backward computes exactly that if
+    ``V`` gets an extra zero column, ``O`` an extra column of ones and ``dO`` the column
+    ``-g_lse`` (then ``rowsum(dO o O)`` drops by ``g_lse``). Inputs are ``(B, 1, n, d)``;
+    ``q`` and ``k`` are padded too, so all three share the kernel's head dimension.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=None, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        grad_out = torch.zeros_like(out) if grad_out is None else grad_out
+        grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse
+        pad = torch.nn.functional.pad
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            torch.cat([grad_out, -grad_lse.unsqueeze(-1).to(grad_out.dtype)], -1).contiguous(),
+            pad(q, (0, 1)), pad(k, (0, 1)), pad(v, (0, 1)), pad(out, (0, 1), value=1.0), lse,
+            0.0, ctx.causal, attn_mask=None, scale=ctx.scale,
+        )
+        return dq[..., :-1], dk[..., :-1], dv[..., :-1], None, None
+
+
 def exact_attention(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, scale: float | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -105,19 +138,16 @@ def exact_attention(
         causal: mask keys after each query (top-left aligned, as SDPA's ``is_causal``).
 
     Returns:
-        ``out`` ``(B, n_q, d_v)`` and ``lse`` ``(B, n_q)``, ``lse_i = log sum_j exp(scale q_i.k_j)``.
+        ``out`` ``(B, n_q, d_v)`` and ``lse`` ``(B, n_q)``, ``lse_i = log sum_j exp(scale q_i.k_j)``;
+        both differentiable.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if (_HAS_CPU_FLASH and not needs_grad and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+    if (_HAS_CPU_FLASH and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
             and v.shape[-1] == q.shape[-1]):
-        # Fast path: torch's CPU flash kernel returns (out, lse), but its lse carries no
-        # gradient, so it serves only when nothing needs one.
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), 0.0, causal, attn_mask=None, scale=scale
-        )
+        # Fast path: torch's CPU flash kernel, forward and backward.
+        out, lse = _FlashAttentionWithLse.apply(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), causal, scale)
         return out.squeeze(1), lse.squeeze(1)
-    # Readable path, differentiable: scores in query chunks to bound memory.
+    # Readable path (other devices and dtypes): scores in query chunks to bound memory.
     B, n_q, _ = q.shape
     n_k = k.shape[1]
     chunk = max(1, _MAX_SCORES // max(1, B * n_k))
@@ -132,6 +162,14 @@ def exact_attention(
         outs.append(out)
         lses.append(lse)
     return torch.cat(outs, 1), torch.cat(lses, 1)
+
+
+def _exact_attention_reference(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """The readable path alone (tests compare the fast path with it)."""
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    return _attend(scores, v)
 
 
 def merge_attention(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor]:
