@@ -1,0 +1,208 @@
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs, make_circles
+from sklearn.metrics import adjusted_rand_score
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import iclr24.kernel_trees.kmeans as kmeans_module
+from iclr24.kernel_trees import (
+    IMM,
+    KernelExKMC,
+    KernelExpand,
+    KernelIMM,
+    KernelKMeans,
+    best_interval_split,
+    build_features,
+    imm_tree,
+    kernel_kmeans_cost,
+)
+
+
+@pytest.fixture
+def blobs():
+    X, y = make_blobs(90, centers=[[0, 0], [6, 0], [3, 6]], cluster_std=0.6, random_state=0)
+    return X, y
+
+
+@pytest.fixture
+def circles():
+    return make_circles(200, factor=0.4, noise=0.04, random_state=0)
+
+
+# --- kernel k-means -----------------------------------------------------------------------------
+
+
+def test_kernel_cost_equals_explicit_feature_cost_for_a_linear_kernel(blobs):
+    X, y = blobs
+    explicit = sum(((X[y == c] - X[y == c].mean(0)) ** 2).sum() for c in np.unique(y))
+    assert kernel_kmeans_cost(X @ X.T, y) == pytest.approx(explicit)
+
+
+def test_linear_kernel_kmeans_is_kmeans(blobs):
+    X, _ = blobs
+    kkm = KernelKMeans(3, kernel="linear", random_state=0).fit(X)
+    km = KMeans(3, n_init=10, random_state=0).fit(X)
+    assert adjusted_rand_score(km.labels_, kkm.labels_) == 1.0
+    assert kkm.cost_ == pytest.approx(km.inertia_)
+
+
+def test_rbf_kernel_kmeans_separates_rings_and_predicts_its_own_labels(circles):
+    X, y = circles
+    kkm = KernelKMeans(2, gamma=5.0, random_state=0).fit(X)
+    assert adjusted_rand_score(y, kkm.labels_) == 1.0
+    np.testing.assert_array_equal(kkm.predict(X), kkm.labels_)
+    assert kkm.cost_ == pytest.approx(kernel_kmeans_cost(np.exp(-5.0 * ((X[:, None] - X[None]) ** 2).sum(-1)),
+                                                         kkm.labels_))
+
+
+def test_random_state_makes_fits_identical(circles):
+    X, _ = circles
+    a = KernelKMeans(3, gamma=2.0, init="random", n_init=3, random_state=4).fit(X)
+    b = KernelKMeans(3, gamma=2.0, init="random", n_init=3, random_state=4).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+# --- IMM and the interval split ----------------------------------------------------------------------------
+
+
+def test_imm_hand_checked_case():
+    X = np.array([[0, 0], [1, 0], [0, 1], [10, 10], [11, 10], [3, 9]], dtype=float)
+    labels = np.array([0, 0, 0, 1, 1, 0])
+    # centres (1, 2.5) and (10.5, 10): x0 > 6.5 and x1 > 9.5 both make no mistake; x0 comes first
+    tree, mistakes = imm_tree(X, labels, build_features("raw", X, "linear", 1.0))
+    assert mistakes == 0
+    assert tree.export_text(decimals=2) == (
+        "|--- x0 in (6.50, inf)\n|   |--- cluster 1\n|--- x0 not in (6.50, inf)\n|   |--- cluster 0\n")
+    # move the stray point so every cut on x0 and x1 separates it from its centre
+    X[5] = [12, 12]
+    tree, mistakes = imm_tree(X, labels, build_features("raw", X, "linear", 1.0))
+    assert mistakes == 1
+
+
+def test_imm_on_three_separated_groups_cuts_between_them():
+    X = np.array([[0.0], [1.0], [10.0], [11.0], [20.0], [21.0]])
+    tree, mistakes = imm_tree(X, np.array([0, 0, 1, 1, 2, 2]), build_features("raw", X, "linear", 1.0))
+    assert mistakes == 0 and tree.n_leaves == 3
+    np.testing.assert_array_equal(tree.predict(X), [0, 0, 1, 1, 2, 2])
+    cuts = sorted(node.intervals[0][0] for node in tree.nodes if not node.is_leaf)
+    assert cuts == [5.5, 15.5]
+
+
+def test_best_interval_split_hand_checked():
+    x = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [12.0]])
+    mistakes = 1.0 - np.eye(2)[[0, 0, 0, 1, 1, 1]]
+    gain, coordinate, (lo, hi), inside, outside = best_interval_split(x, mistakes)
+    assert (gain, coordinate, lo, hi, inside, outside) == (3.0, 0, -np.inf, 6.0, 0, 1)
+    # a middle group needs an interval, not a threshold
+    x = np.array([[0.0], [1.0], [5.0], [6.0], [10.0], [11.0]])
+    gain, _, (lo, hi), inside, outside = best_interval_split(x, 1.0 - np.eye(2)[[0, 0, 1, 1, 0, 0]])
+    assert (gain, lo, hi, inside, outside) == (2.0, 3.0, 8.0, 1, 0)
+
+
+def test_interval_split_never_separates_equal_values():
+    x = np.array([[1.0], [1.0], [1.0], [2.0]])
+    gain, _, (lo, hi), *_ = best_interval_split(x, 1.0 - np.eye(2)[[0, 1, 0, 1]])
+    assert lo == 1.5 or hi == 1.5
+
+
+# --- the kernel trees ------------------------------------------------------------------------------------------
+
+
+def test_kernel_imm_with_linear_kernel_and_raw_features_is_imm(blobs):
+    X, _ = blobs
+    km = KMeans(3, n_init=10, random_state=0).fit(X)
+    kkm = KernelKMeans(3, kernel="linear", random_state=0).fit(X)
+    assert adjusted_rand_score(km.labels_, kkm.labels_) == 1.0
+    imm = IMM(3, kmeans=km).fit(X)
+    kimm = KernelIMM(3, kernel="linear", features="raw", kernel_kmeans=kkm).fit(X)
+    structure = lambda tree: [(n.coordinate, n.intervals) for n in tree.nodes]  # noqa: E731
+    assert structure(imm.tree_) == structure(kimm.tree_)
+    assert adjusted_rand_score(imm.labels_, kimm.labels_) == 1.0
+    assert imm.price_ == pytest.approx(kimm.price_)
+
+
+@pytest.mark.parametrize("kernel, features", [("rbf", "kernel_matrix"), ("laplace", "kernel_matrix"),
+                                              ("rbf", "taylor")])
+def test_interval_routing_equals_surrogate_routing(circles, kernel, features):
+    X, _ = circles
+    tree = KernelIMM(3, kernel=kernel, gamma=2.0, features=features, random_state=0).fit(X)
+    np.testing.assert_array_equal(tree.tree_.apply(X), tree.tree_.apply_surrogate(X, tree.features_.transform(X)))
+    if features == "kernel_matrix":
+        assert all(len(n.intervals) == 1 for n in tree.tree_.nodes if not n.is_leaf)
+
+
+@pytest.mark.parametrize("Tree", [KernelExKMC, KernelExpand])
+def test_refined_trees_recover_kernel_kmeans_on_rings(circles, Tree):
+    X, _ = circles
+    kkm = KernelKMeans(2, gamma=5.0, random_state=0).fit(X)
+    kimm = KernelIMM(2, gamma=5.0, kernel_kmeans=kkm).fit(X)
+    tree = Tree(2, gamma=5.0, kernel_kmeans=kkm, max_leaves=4).fit(X)
+    assert 2 <= tree.tree_.n_leaves <= 4
+    assert (tree.labels_ == kkm.labels_).mean() >= 0.95
+    assert 1.0 - 1e-9 <= tree.price_ <= kimm.price_ + 1e-9
+    assert "cluster" in tree.export_text()
+
+
+def test_plot_partition_draws_two_dimensional_data(circles):
+    import matplotlib.pyplot as plt
+
+    X, _ = circles
+    ax = KernelExKMC(2, gamma=5.0, max_leaves=3, random_state=0).fit(X).plot_partition(X)
+    assert ax.get_title().startswith("KernelExKMC")
+    plt.close("all")
+    with pytest.raises(ValueError, match="draws 2-D data, got X with 3 features"):
+        KernelIMM(2, random_state=0).fit(np.c_[X, X[:, :1]]).plot_partition(np.c_[X, X[:, :1]])
+
+
+# --- errors -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("Estimator", [KernelKMeans, IMM, KernelIMM, KernelExKMC])
+def test_more_clusters_than_samples(Estimator):
+    with pytest.raises(ValueError, match="n_samples=3 should be >= n_clusters=4"):
+        Estimator(4).fit(np.eye(3))
+
+
+def test_non_finite_input_is_refused():
+    X = np.eye(5)
+    X[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        KernelIMM(2).fit(X)
+
+
+def test_unknown_kernel_and_features_are_refused():
+    with pytest.raises(ValueError, match="'kernel' parameter of KernelKMeans must be"):
+        KernelKMeans(2, kernel="cosine").fit(np.eye(4))
+    with pytest.raises(ValueError, match="'features' parameter of KernelIMM must be"):
+        KernelIMM(2, features="spline").fit(np.eye(4))
+    with pytest.raises(ValueError, match="features='kernel_matrix' needs a product kernel"):
+        KernelIMM(2, kernel="linear").fit(np.eye(4))
+
+
+def test_max_leaves_below_n_clusters_is_refused(circles):
+    X, _ = circles
+    with pytest.raises(ValueError, match="max_leaves=2 must be >= n_clusters=3"):
+        KernelExKMC(3, max_leaves=2, random_state=0).fit(X)
+
+
+def test_kernel_matrix_size_is_capped(monkeypatch):
+    monkeypatch.setattr(kmeans_module, "KERNEL_MAX_SAMPLES", 10)
+    with pytest.raises(ValueError, match="n_samples=11 exceeds KERNEL_MAX_SAMPLES=10"):
+        KernelKMeans(2).fit(np.random.RandomState(0).rand(11, 2))
+
+
+def test_given_clustering_must_match(circles):
+    X, _ = circles
+    kkm = KernelKMeans(2, gamma=5.0, random_state=0).fit(X[:50])
+    with pytest.raises(ValueError, match="was fitted on 50 samples"):
+        KernelIMM(2, gamma=5.0, kernel_kmeans=kkm).fit(X)
+
+
+# --- scikit-learn's estimator checks --------------------------------------------------------------------------------
+
+
+@parametrize_with_checks([KernelKMeans(n_clusters=2, n_init=2), IMM(n_clusters=2),
+                          KernelIMM(n_clusters=2), KernelExKMC(n_clusters=2, max_leaves=3)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
