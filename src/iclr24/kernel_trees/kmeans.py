@@ -115,6 +115,45 @@ def _lloyd(K: np.ndarray, labels: np.ndarray, n_clusters: int, max_iter: int) ->
     return labels, kernel_kmeans_cost(K, labels), iteration
 
 
+def _hartigan(K: np.ndarray, labels: np.ndarray, n_clusters: int, max_sweeps: int = 100) -> np.ndarray:
+    """Hartigan's single-point moves from a Lloyd solution: move a point when that lowers the cost.
+
+    Moving point i from cluster A to B changes the cost by
+    ``|B| / (|B| + 1) d(i, mu_B)^2 - |A| / (|A| - 1) d(i, mu_A)^2``: unlike Lloyd's
+    reassignment, this counts the move's effect on both means, so it leaves Lloyd's
+    fixed points. ``S[i, c] = sum_{j in c} K_ij`` and ``W[c] = sum_{j,l in c} K_jl`` are
+    updated in O(n) per move.
+    """
+    labels = labels.copy()
+    diag = np.diag(K)
+    onehot = np.eye(n_clusters)[labels]
+    S = K @ onehot
+    W = np.einsum("ic,ic->c", onehot, S)
+    counts = onehot.sum(0)
+    for _ in range(max_sweeps):
+        moved = False
+        for i in range(len(labels)):
+            a = labels[i]
+            if counts[a] <= 1:
+                continue
+            dist = diag[i] - 2 * S[i] / counts + W / counts**2
+            added = counts / (counts + 1) * dist
+            added[a] = np.inf
+            b = int(added.argmin())
+            if added[b] < counts[a] / (counts[a] - 1) * dist[a] - 1e-12:
+                W[a] -= 2 * S[i, a] - K[i, i]
+                S[:, a] -= K[:, i]
+                counts[a] -= 1
+                W[b] += 2 * S[i, b] + K[i, i]
+                S[:, b] += K[:, i]
+                counts[b] += 1
+                labels[i] = b
+                moved = True
+        if not moved:
+            break
+    return labels
+
+
 class KernelKMeans(ClusterMixin, BaseEstimator):
     """Kernel k-means: Lloyd's algorithm in the feature space of a kernel.
 
@@ -133,6 +172,11 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         Kernel width for rbf/laplace; None means ``1 / n_features``.
     init : {"k-means++", "random"}, default="k-means++"
         Seeding: k-means++ in feature space, or uniformly random labels.
+    algorithm : {"hartigan", "lloyd"}, default="hartigan"
+        ``"lloyd"``: Lloyd iterations. ``"hartigan"``: Lloyd, then Hartigan's single-point
+        moves, which escape many of Lloyd's local optima (on tiny data sets it reached the
+        global optimum in 36 of 40 cases where Lloyd alone reached 17; see
+        benchmarks/kernel_trees.py) at an O(n^2 k) cost per sweep.
     n_init : int, default=10
         Restarts; the lowest-cost result is kept.
     max_iter : int, default=300
@@ -147,7 +191,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
     cost_ : float
         Kernel k-means cost of ``labels_`` (the inertia in feature space).
     n_iter_ : int
-        Lloyd iterations of the kept restart.
+        Lloyd iterations of the kept restart (before any Hartigan moves).
     X_fit_ : ndarray of shape (n_samples, n_features)
         Training data, needed to predict (kernel distances to the cluster means).
 
@@ -175,17 +219,19 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         "kernel": [StrOptions({"rbf", "laplace", "linear"}), callable],
         "gamma": [Interval(Real, 0, None, closed="neither"), None],
         "init": [StrOptions({"k-means++", "random"})],
+        "algorithm": [StrOptions({"hartigan", "lloyd"})],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
     }
 
-    def __init__(self, n_clusters=8, *, kernel="rbf", gamma=None, init="k-means++", n_init=10, max_iter=300,
-                 random_state=None):
+    def __init__(self, n_clusters=8, *, kernel="rbf", gamma=None, init="k-means++", algorithm="hartigan", n_init=10,
+                 max_iter=300, random_state=None):
         self.n_clusters = n_clusters
         self.kernel = kernel
         self.gamma = gamma
         self.init = init
+        self.algorithm = algorithm
         self.n_init = n_init
         self.max_iter = max_iter
         self.random_state = random_state
@@ -212,6 +258,9 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
             else:
                 start = rng.permutation(np.arange(X.shape[0]) % self.n_clusters)
             labels, cost, n_iter = _lloyd(K, start, self.n_clusters, self.max_iter)
+            if self.algorithm == "hartigan":
+                labels = _hartigan(K, labels, self.n_clusters)
+                cost = kernel_kmeans_cost(K, labels)
             if best is None or cost < best[1] - 1e-12:
                 best = (labels, cost, n_iter)
         self.labels_, self.cost_, self.n_iter_ = best
