@@ -206,3 +206,25 @@ def test_given_clustering_must_match(circles):
                           KernelIMM(n_clusters=2), KernelExKMC(n_clusters=2, max_leaves=3)])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+# --- Hartigan refinement ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_hartigan_never_ends_above_lloyd_from_the_same_seeds(seed):
+    X = np.random.RandomState(seed).randn(60, 2)
+    lloyd = KernelKMeans(3, gamma=1.0, algorithm="lloyd", n_init=3, random_state=seed).fit(X)
+    hartigan = KernelKMeans(3, gamma=1.0, algorithm="hartigan", n_init=3, random_state=seed).fit(X)
+    assert hartigan.cost_ <= lloyd.cost_ + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_hartigan_reaches_the_brute_force_optimum_on_tiny_data(seed):
+    import itertools
+
+    X = np.random.RandomState(seed).randn(8, 2)
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+    best = min(kernel_kmeans_cost(K, np.array((0,) + p)) for p in itertools.product(range(3), repeat=7)
+               if len(set((0,) + p)) == 3)
+    assert KernelKMeans(3, gamma=1.0, random_state=seed).fit(X).cost_ == pytest.approx(best)
