@@ -69,3 +69,25 @@ def test_run_all_runs_every_experiment_and_reports_failures_at_the_end(toys, tmp
     assert result.exit_code == 1
     assert (tmp_path / "runs" / "toy").is_dir()  # ran after the first one failed
     assert "1 of 2 runs failed: toy_forgetful" in result.output
+
+
+def test_the_registry_and_list_work_without_optional_extras():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch_geometric'] = None\n"
+        "from typer.testing import CliRunner\n"
+        "from iclr24 import cli\n"
+        "from iclr24.core import list_experiments, run\n"
+        "assert 'holonets' in [e.name for e in list_experiments()]\n"
+        "assert CliRunner().invoke(cli.app, ['list', '--runs', sys.argv[1]]).exit_code == 0\n"
+        "record = run('holonets', preset='smoke', runs_dir=sys.argv[1], quiet=True)\n"
+        "print(record.result['error'])\n"
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", code, tmp], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'iclr24[graph]'" in out.stdout

@@ -7,4 +7,5 @@ for each entry here. A new method adds one line.
 METHOD_PACKAGES: tuple[str, ...] = (
     "hyperattention",
     "kernel_trees",
+    "holonets",
 )

@@ -1,0 +1,150 @@
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("torch_geometric")
+
+from iclr24.holonets import (  # noqa: E402
+    FaberConv,
+    FaberNet,
+    characteristic_operator,
+    dense_characteristic_operator,
+    faber_response,
+)
+
+# 0 -> 1, 0 -> 2, 1 -> 2, 2 -> 0 (node 3 isolated)
+EDGES = torch.tensor([[0, 0, 1, 2], [1, 2, 2, 0]])
+
+
+def dense_T(edge_index, n, weight=None, reverse=False, e=-0.25):
+    A = torch.zeros(n, n)
+    A[edge_index[0], edge_index[1]] = 1.0 if weight is None else weight
+    if reverse:
+        A = A.T
+    d_out, d_in = A.sum(1), A.sum(0)
+    scale = lambda d: torch.where(d > 0, d.clamp_min(1e-12) ** e, torch.zeros_like(d))  # noqa: E731
+    return scale(d_out)[:, None] * A * scale(d_in)[None, :]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_characteristic_operator_matches_dense_formula(reverse):
+    w = torch.tensor([1.0, 2.0, 0.5, 3.0])
+    T = dense_characteristic_operator(EDGES, 4, w, reverse=reverse)
+    torch.testing.assert_close(T, dense_T(EDGES, 4, w, reverse))
+    # hand value: T[0, 1] = d_out(0)^-1/4 * A01 * d_in(1)^-1/4 = 3^-1/4 * 1 * 1^-1/4
+    if not reverse:
+        assert T[0, 1].item() == pytest.approx(3.0**-0.25)
+
+
+def test_operator_orientation_is_message_passing():
+    index, weight = characteristic_operator(EDGES, 4)
+    x = torch.arange(4.0)
+    out = torch.zeros(4).index_add_(0, index[1], weight * x[index[0]])
+    torch.testing.assert_close(out, dense_T(EDGES, 4) @ x)
+
+
+def test_k1_alpha1_layer_equals_T_x_W():
+    torch.manual_seed(0)
+    conv = FaberConv(3, 2, K=1, alpha=1.0, root_weight=False, bias=False)
+    x = torch.randn(4, 3)
+    W = conv.lins_fwd["real"][0].weight.T
+    torch.testing.assert_close(conv(x, EDGES), dense_T(EDGES, 4) @ x @ W)
+
+
+def test_full_layer_equals_dense_formula():
+    torch.manual_seed(1)
+    conv = FaberConv(3, 2, K=3, alpha=0.3)
+    torch.nn.init.normal_(conv.bias["real"])
+    x = torch.randn(4, 3)
+    T, Tr = dense_T(EDGES, 4), dense_T(EDGES, 4, reverse=True)
+    expected = x @ conv.lin_root["real"][0].weight.T + conv.bias["real"]
+    for k in range(3):
+        Wf, Wb = conv.lins_fwd["real"][k].weight.T, conv.lins_bwd["real"][k].weight.T
+        expected = expected + 2.0**-k * (0.3 * torch.linalg.matrix_power(T, k + 1) @ x @ Wf
+                                         + 0.7 * torch.linalg.matrix_power(Tr, k + 1) @ x @ Wb)
+    torch.testing.assert_close(conv(x, EDGES), expected)
+
+
+def test_permutation_equivariance():
+    torch.manual_seed(2)
+    conv = FaberConv(3, 5, K=2)
+    x = torch.randn(4, 3)
+    perm = torch.tensor([2, 0, 3, 1])
+    inverse = torch.argsort(perm)
+    out = conv(x, EDGES)
+    out_perm = conv(x[perm], inverse[EDGES])
+    torch.testing.assert_close(out_perm, out[perm])
+
+
+def test_gradients_reach_both_branches():
+    conv = FaberConv(3, 2, K=2)
+    conv(torch.randn(4, 3), EDGES).square().sum().backward()
+    for branch in (conv.lins_fwd, conv.lins_bwd):
+        assert all(lin.weight.grad.abs().sum() > 0 for lin in branch["real"])
+
+
+def test_complex_layer_with_zero_imaginary_weights_is_the_real_layer():
+    torch.manual_seed(3)
+    real = FaberConv(3, 2, K=3)
+    cplx = FaberConv(3, 2, K=3, complex_weights=True)
+    state = {k: v for k, v in real.state_dict().items()}
+    for key, value in cplx.state_dict().items():
+        value.copy_(state[key] if key in state else torch.zeros_like(value))
+    x = torch.randn(4, 3)
+    out = cplx(x, EDGES)
+    assert out.is_complex()
+    torch.testing.assert_close(out.real, real(x, EDGES))
+    torch.testing.assert_close(out.imag, torch.zeros_like(out.imag))
+
+
+def test_repr():
+    assert repr(FaberConv(16, 32, K=3, alpha=0.5)) == "FaberConv(16, 32, K=3, alpha=0.5)"
+    assert repr(FaberConv(1, 2, complex_weights=True)) == "FaberConv(1, 2, K=3, alpha=0.5, complex_weights=True)"
+
+
+@pytest.mark.parametrize("complex_weights", [False, True])
+@pytest.mark.parametrize("jk", ["max", "cat", None])
+def test_fabernet_shapes(complex_weights, jk):
+    net = FaberNet(3, 8, 5, num_layers=2, complex_weights=complex_weights, jumping_knowledge=jk)
+    out = net(torch.randn(4, 3), EDGES)
+    assert out.shape == (4, 5) and out.dtype == torch.float32
+
+
+def test_faber_response_known_values():
+    z = torch.tensor([2.0 + 0j, 1j])
+    torch.testing.assert_close(faber_response(torch.tensor([1.0, 0.0]), z), z.to(torch.complex128))
+    torch.testing.assert_close(faber_response(torch.tensor([0.0, 1.0]), z), (0.5 * z**2).to(torch.complex128))
+
+
+@pytest.mark.parametrize(
+    "edge_index, weight, match",
+    [
+        (torch.tensor([[0, 4], [1, 2]]), None, r"node ids in \[0, 4\], expected \[0, 3\]"),
+        (torch.tensor([0, 1, 2]), None, r"edge_index must be a \(2, num_edges\) tensor"),
+        (EDGES.float(), None, "must hold integers"),
+        (EDGES, torch.tensor([1.0, float("nan"), 1.0, 1.0]), "edge_weight must be finite"),
+        (EDGES, torch.ones(3), "one entry per edge"),
+        (EDGES, -torch.ones(4), "non-negative"),
+    ],
+)
+def test_bad_graphs_raise_clear_errors(edge_index, weight, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        FaberConv(3, 2)(torch.randn(4, 3), edge_index, weight)
+
+
+def test_bad_layer_arguments():
+    with pytest.raises(ValueError, match="K must be >= 1, got 0"):
+        FaberConv(3, 2, K=0)
+    with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\], got 1.5"):
+        FaberConv(3, 2, alpha=1.5)
+    with pytest.raises(ValueError, match="x has 4 channels, this layer expects in_channels=3"):
+        FaberConv(3, 2)(torch.randn(4, 4), EDGES)
+
+
+def test_missing_pyg_names_the_extra(monkeypatch):
+    import iclr24.holonets as holonets
+
+    monkeypatch.setitem(sys.modules, "torch_geometric", None)
+    with pytest.raises(ImportError, match=r"pip install 'iclr24\[graph\]'"):
+        holonets.FaberConv  # noqa: B018
