@@ -15,7 +15,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from iclr24.kernel_trees.features import build_features
-from iclr24.kernel_trees.kmeans import KernelKMeans, kernel_kmeans_cost, pairwise_kernel, resolve_gamma
+from iclr24.kernel_trees.kmeans import (
+    KernelKMeans,
+    check_kernel_size,
+    check_n_clusters,
+    kernel_kmeans_cost,
+    pairwise_kernel,
+    resolve_gamma,
+)
 from iclr24.kernel_trees.tree import ThresholdTree, best_interval_split, imm_tree
 
 __all__ = ["IMM", "KernelExKMC", "KernelExpand", "KernelIMM"]
@@ -118,7 +125,7 @@ class IMM(_TreeClusterMixin, ClusterMixin, BaseEstimator):
     def fit(self, X, y=None):
         """Fit k-means (unless given) and its IMM tree on ``X``; returns self."""
         X = validate_data(self, X, dtype=[np.float64, np.float32])
-        _check_n_clusters(self.n_clusters, X)
+        check_n_clusters(self.n_clusters, X)
         if self.kmeans is None:
             self.kmeans_ = KMeans(self.n_clusters, n_init=10, random_state=self.random_state).fit(X)
         else:
@@ -206,7 +213,8 @@ class KernelIMM(_TreeClusterMixin, ClusterMixin, BaseEstimator):
     def fit(self, X, y=None):
         """Cluster ``X`` with kernel k-means (unless given) and fit the tree; returns self."""
         X = validate_data(self, X, dtype=[np.float64, np.float32])
-        _check_n_clusters(self.n_clusters, X)
+        check_n_clusters(self.n_clusters, X)
+        check_kernel_size(X.shape[0])
         if self.kernel_kmeans is None:
             self.kernel_kmeans_ = KernelKMeans(self.n_clusters, kernel=self.kernel, gamma=self.gamma,
                                                random_state=self.random_state).fit(X)
@@ -318,11 +326,6 @@ class KernelExpand(_RefinedKernelTree):
 
     def _point_costs(self, K, labels):
         return 1.0 - (labels[:, None] == np.arange(self.n_clusters)[None, :]).astype(float)
-
-
-def _check_n_clusters(n_clusters: int, X: np.ndarray) -> None:
-    if n_clusters > X.shape[0]:
-        raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={n_clusters}.")
 
 
 def _check_given_clustering(model, X: np.ndarray, n_clusters: int, name: str) -> None:

@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-__all__ = ["KERNEL_MAX_SAMPLES", "KernelKMeans", "kernel_kmeans_cost", "pairwise_kernel"]
+__all__ = ["KERNEL_MAX_SAMPLES", "KernelKMeans", "check_n_clusters", "kernel_kmeans_cost", "pairwise_kernel"]
 
 #: Kernel matrices are dense n x n float64: 10 000 samples take 0.8 GB, 20 000 take 3.2 GB.
 #: Fitting refuses more samples than this.
@@ -50,6 +50,12 @@ def check_kernel_size(n_samples: int) -> None:
             f"kernel methods here build an n x n kernel matrix; n_samples={n_samples} exceeds "
             f"KERNEL_MAX_SAMPLES={KERNEL_MAX_SAMPLES} ({8 * n_samples**2 / 1e9:.1f} GB); subsample the data"
         )
+
+
+def check_n_clusters(n_clusters: int, X: np.ndarray) -> None:
+    """Refuse more clusters than samples (scikit-learn's wording)."""
+    if n_clusters > X.shape[0]:
+        raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={n_clusters}.")
 
 
 def kernel_kmeans_cost(K: np.ndarray, labels: np.ndarray) -> float:
@@ -237,8 +243,7 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         self.random_state = random_state
 
     def _check_params_vs_input(self, X):
-        if self.n_clusters > X.shape[0]:
-            raise ValueError(f"n_samples={X.shape[0]} should be >= n_clusters={self.n_clusters}.")
+        check_n_clusters(self.n_clusters, X)
         check_kernel_size(X.shape[0])
 
     def _kernel(self, X, Y):

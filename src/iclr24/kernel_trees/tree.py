@@ -49,18 +49,7 @@ class ThresholdTree:
 
     def apply(self, X: np.ndarray) -> np.ndarray:
         """Index of the leaf each row of ``X`` reaches."""
-        out = np.empty(len(X), dtype=int)
-        stack = [(0, np.arange(len(X)))]
-        while stack:
-            i, rows = stack.pop()
-            node = self.nodes[i]
-            if node.is_leaf:
-                out[rows] = i
-                continue
-            inside = _inside(X[rows, node.coordinate], node.intervals)
-            stack.append((node.inside, rows[inside]))
-            stack.append((node.outside, rows[~inside]))
-        return out
+        return self._route(len(X), lambda node, rows: _inside(X[rows, node.coordinate], node.intervals))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         labels = np.array([node.label for node in self.nodes])
@@ -69,20 +58,27 @@ class ThresholdTree:
     def apply_surrogate(self, X: np.ndarray, Phi: np.ndarray) -> np.ndarray:
         """Like :meth:`apply`, but IMM nodes test ``Phi[:, feature] > threshold`` instead of
         their intervals: equal to :meth:`apply` when the intervals are exact preimages."""
-        out = np.empty(len(X), dtype=int)
-        stack = [(0, np.arange(len(X)))]
+
+        def inside(node, rows):
+            if node.feature >= 0:
+                return Phi[rows, node.feature] > node.threshold
+            return _inside(X[rows, node.coordinate], node.intervals)
+
+        return self._route(len(X), inside)
+
+    def _route(self, n_rows: int, inside) -> np.ndarray:
+        """Leaf of each row, with ``inside(node, rows)`` deciding each internal node's test."""
+        out = np.empty(n_rows, dtype=int)
+        stack = [(0, np.arange(n_rows))]
         while stack:
             i, rows = stack.pop()
             node = self.nodes[i]
             if node.is_leaf:
                 out[rows] = i
                 continue
-            if node.feature >= 0:
-                inside = Phi[rows, node.feature] > node.threshold
-            else:
-                inside = _inside(X[rows, node.coordinate], node.intervals)
-            stack.append((node.inside, rows[inside]))
-            stack.append((node.outside, rows[~inside]))
+            mask = inside(node, rows)
+            stack.append((node.inside, rows[mask]))
+            stack.append((node.outside, rows[~mask]))
         return out
 
     def split_leaf(self, leaf: int, coordinate: int, intervals, inside_label: int, outside_label: int) -> None:
