@@ -8,4 +8,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "hyperattention",
     "kernel_trees",
     "holonets",
+    "proof_features",
 )
