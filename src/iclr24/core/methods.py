@@ -9,4 +9,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "kernel_trees",
     "holonets",
     "proof_features",
+    "sae",
 )

@@ -1,0 +1,54 @@
+"""Sparse autoencoders that find interpretable features in language models.
+
+Hoagy Cunningham, Aidan Ewart, Logan Riggs, Robert Huben, Lee Sharkey. "Sparse Autoencoders
+Find Highly Interpretable Features in Language Models". ICLR 2024. https://arxiv.org/abs/2309.08600
+
+    from iclr24.sae import SparseAutoencoder, SAETrainingConfig, train_sae
+    sae = train_sae(activations, SAETrainingConfig(d_sae=512, l1_coefficient=1e-3))
+    reconstruction, codes = sae(activations)
+    sae.save("my_sae")      # SAELens's layout: sae_weights.safetensors + cfg.json (extra: interp)
+"""
+
+from iclr24.sae.autoencoder import SparseAutoencoder
+from iclr24.sae.ioi import (
+    HookedTinyTransformer,
+    IOIData,
+    feature_patching_curve,
+    interpretability_scores,
+    ioi_accuracy,
+    ioi_dataset,
+    train_ioi_model,
+)
+from iclr24.sae.training import (
+    Decomposition,
+    SAETrainingConfig,
+    baseline_decompositions,
+    dead_latents,
+    fvu,
+    l0,
+    matched_similarity,
+    mmcs,
+    toy_superposition,
+    train_sae,
+)
+
+__all__ = [
+    "Decomposition",
+    "HookedTinyTransformer",
+    "IOIData",
+    "SAETrainingConfig",
+    "SparseAutoencoder",
+    "baseline_decompositions",
+    "dead_latents",
+    "feature_patching_curve",
+    "fvu",
+    "interpretability_scores",
+    "ioi_accuracy",
+    "ioi_dataset",
+    "l0",
+    "matched_similarity",
+    "mmcs",
+    "toy_superposition",
+    "train_ioi_model",
+    "train_sae",
+]

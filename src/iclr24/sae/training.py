@@ -1,0 +1,205 @@
+"""Training sparse autoencoders, the metrics the paper reports, and the baseline decompositions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+
+from iclr24.core.checks import check_tensor
+from iclr24.core.progress import progress
+from iclr24.sae.autoencoder import SparseAutoencoder
+
+__all__ = [
+    "Decomposition",
+    "SAETrainingConfig",
+    "baseline_decompositions",
+    "dead_latents",
+    "fvu",
+    "l0",
+    "matched_similarity",
+    "mmcs",
+    "toy_superposition",
+    "train_sae",
+]
+
+
+@dataclass(frozen=True)
+class SAETrainingConfig:
+    """Training of one SAE (the paper's: Adam 1e-3, batch 256-1024, one pass over the data)."""
+
+    d_sae: int = 128
+    l1_coefficient: float = 1e-3
+    tied: bool = True
+    lr: float = 1e-3
+    batch_size: int = 1024
+    steps: int = 2000
+    resample_dead_every: int = 0  # 0: never (the paper's choice); else re-initialise dead latents every n steps
+    centre: bool = False  # subtract the activations' mean before encoding (the paper's optional centring t)
+    seed: int = 0
+
+
+def train_sae(activations: Tensor, cfg: SAETrainingConfig = SAETrainingConfig()) -> SparseAutoencoder:
+    """Train an SAE on ``activations`` ``(n, d_in)`` by Adam on random minibatches.
+
+    Dictionary rows are renormalised to unit length after every step (the forward uses
+    normalised rows anyway). Dead latents (never active on a batch over the last
+    ``resample_dead_every`` steps) are re-initialised toward badly reconstructed inputs
+    when resampling is on.
+    """
+    check_tensor("activations", activations, ndim=2, shape_doc="(n_samples, d_in)")
+    gen = torch.Generator().manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    sae = SparseAutoencoder(activations.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
+                            centring=activations.mean(0) if cfg.centre else None)
+    opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr)
+    fired = torch.zeros(cfg.d_sae, dtype=torch.bool)
+    with progress("training SAE", total=cfg.steps) as bar:
+        for step in range(1, cfg.steps + 1):
+            batch = activations[torch.randint(len(activations), (cfg.batch_size,), generator=gen)]
+            loss, parts = sae.loss(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                sae.dictionary.data = torch.nn.functional.normalize(sae.dictionary.data, dim=-1)
+                if sae.decoder is not None:
+                    sae.decoder.data = torch.nn.functional.normalize(sae.decoder.data, dim=-1)
+                if cfg.resample_dead_every:
+                    fired |= (sae.encode(batch) > 0).any(0)
+                    if step % cfg.resample_dead_every == 0:
+                        _resample(sae, batch, ~fired, gen)
+                        fired.zero_()
+            bar.advance(mse=parts["mse"])
+    return sae
+
+
+def _resample(sae: SparseAutoencoder, batch: Tensor, dead: Tensor, gen: torch.Generator) -> None:
+    """Point dead latents at the worst-reconstructed inputs of the batch (Anthropic's recipe, simplified)."""
+    n_dead = int(dead.sum())
+    if n_dead == 0:
+        return
+    errors = (sae(batch)[0] - batch).pow(2).sum(-1)
+    picks = torch.multinomial(errors + 1e-12, n_dead, replacement=True, generator=gen)
+    directions = torch.nn.functional.normalize(batch[picks] - sae.b_dec, dim=-1)
+    sae.dictionary.data[dead] = directions
+    if sae.decoder is not None:
+        sae.decoder.data[dead] = directions
+    sae.b_enc.data[dead] = 0.0
+
+
+# --- metrics -------------------------------------------------------------------------------------------------
+
+
+def fvu(x: Tensor, reconstruction: Tensor) -> float:
+    """Fraction of variance unexplained: ``||x - x^||^2 / ||x - mean(x)||^2``."""
+    return float((x - reconstruction).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
+
+
+def l0(codes: Tensor) -> float:
+    """Mean number of active latents per input."""
+    return float((codes > 0).float().sum(-1).mean())
+
+
+def dead_latents(codes: Tensor) -> int:
+    """Latents never active on these inputs."""
+    return int(((codes > 0).sum(0) == 0).sum())
+
+
+def _cosines(learned: Tensor, truth: Tensor) -> Tensor:
+    a = torch.nn.functional.normalize(learned.double(), dim=-1)
+    b = torch.nn.functional.normalize(truth.double(), dim=-1)
+    return b @ a.T  # (n_true, n_learned)
+
+
+def mmcs(learned: Tensor, truth: Tensor) -> float:
+    """Mean max cosine similarity: for each true feature, its best-matching learned atom."""
+    return float(_cosines(learned, truth).amax(1).mean())
+
+
+def matched_similarity(learned: Tensor, truth: Tensor) -> float:
+    """Mean cosine under the best one-to-one matching of true features to atoms (Hungarian)."""
+    cos = _cosines(learned, truth).numpy()
+    rows, cols = linear_sum_assignment(-cos)
+    return float(cos[rows, cols].sum() / len(truth))
+
+
+# --- baselines ----------------------------------------------------------------------------------------------
+
+
+class Decomposition:
+    """A fixed dictionary with the SAE's interface: ``encode``, ``decode``, ``atoms``."""
+
+    def __init__(self, name: str, atoms: Tensor, encode, decode) -> None:
+        self.name, self._atoms, self._encode, self._decode = name, atoms, encode, decode
+
+    @property
+    def atoms(self) -> Tensor:
+        return torch.nn.functional.normalize(self._atoms, dim=-1)
+
+    def encode(self, x: Tensor) -> Tensor:
+        return self._encode(x)
+
+    def decode(self, codes: Tensor) -> Tensor:
+        return self._decode(codes)
+
+
+def baseline_decompositions(activations: Tensor, seed: int = 0) -> dict[str, Decomposition]:
+    """PCA, PCA +- (each direction split into ReLU halves), ICA, the neuron basis, and a random basis."""
+    from sklearn.decomposition import PCA, FastICA
+
+    x = activations.double().numpy()
+    d = x.shape[1]
+    mean = torch.tensor(x.mean(0))
+    pca = PCA(n_components=d, random_state=seed).fit(x)
+    P = torch.tensor(pca.components_)  # (d, d) orthonormal rows
+
+    def pm(basis):
+        return (lambda z: torch.cat([torch.relu((z.double() - mean) @ basis.T), torch.relu(-(z.double() - mean)
+                                                                                             @ basis.T)], -1),
+                lambda c: (c[..., :d] - c[..., d:]) @ basis + mean)
+
+    scale = x.std(0) + 1e-12
+    ica = FastICA(n_components=d, whiten="unit-variance", random_state=seed, max_iter=1000, tol=1e-3)
+    ica.fit(x / scale)
+    mixing = torch.tensor(ica.mixing_.T * scale)  # (d, d): sources -> activations
+    unmixing = torch.linalg.pinv(mixing)
+    ica_mean = torch.tensor(ica.mean_ * scale)
+    rand = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)))[0].T
+    eye = torch.eye(d, dtype=torch.float64)
+    out = {
+        "PCA": Decomposition("PCA", P, lambda z: (z.double() - mean) @ P.T, lambda c: c @ P + mean),
+        "PCA +-": Decomposition("PCA +-", torch.cat([P, -P]), *pm(P)),
+        "ICA": Decomposition("ICA", mixing, lambda z: (z.double() - ica_mean) @ unmixing,
+                             lambda c: c @ mixing + ica_mean),
+        "neurons": Decomposition("neurons", eye, lambda z: z.double(), lambda c: c),
+        "neurons +-": Decomposition("neurons +-", torch.cat([eye, -eye]), *pm(eye)),
+        "random": Decomposition("random", rand, lambda z: (z.double() - mean) @ rand.T, lambda c: c @ rand + mean),
+    }
+    return out
+
+
+# --- toy data with known features (Sharkey et al., "Taking features out of superposition") --------------------
+
+
+def toy_superposition(n_samples: int, d: int = 64, n_features: int = 128, active: float = 5.0, decay: float = 0.99,
+                      seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Sparse combinations of ``n_features`` random unit directions in ``R^d``.
+
+    Feature i is on with probability proportional to ``decay^i`` (``active`` on average),
+    with strength uniform in (0, 1). Returns ``(data (n, d), true_features (n_features, d))``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    truth = torch.nn.functional.normalize(torch.randn(n_features, d, generator=g), dim=-1)
+    p = decay ** torch.arange(n_features, dtype=torch.float64)
+    p = (p * active / p.sum()).clamp(max=1.0)
+    on = torch.rand(n_samples, n_features, generator=g, dtype=torch.float64) < p
+    strength = torch.rand(n_samples, n_features, generator=g, dtype=torch.float64) * on
+    return (strength @ truth.double()).float(), truth
+
+
+def _as_numpy(t: Tensor) -> np.ndarray:
+    return t.detach().double().numpy()

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+import torch
+
+from iclr24.core import get_experiment, run
+from iclr24.sae import (
+    HookedTinyTransformer,
+    baseline_decompositions,
+    feature_patching_curve,
+    interpretability_scores,
+    ioi_dataset,
+)
+
+
+def test_ioi_prompts_and_counterfactuals():
+    data = ioi_dataset(templates=[0])
+    words = data.vocab
+    prompt = " ".join(words[t] for t in data.clean[0] if t)
+    cf = " ".join(words[t] for t in data.counterfactual[0] if t)
+    assert prompt == "When Mary and John went to the store , Mary gave a drink to"
+    assert cf == "When Mary and John went to the store , John gave a drink to"
+    assert words[data.answer[0]] == "John" and words[data.cf_answer[0]] == "Mary"
+    assert len(data.answer) == 24 * 23 * 2
+
+
+def test_hooks_cache_and_patch_by_transformerlens_names():
+    torch.manual_seed(0)
+    model = HookedTinyTransformer(10, 6, d_model=8, n_layers=2, n_heads=2, d_mlp=16)
+    tokens = torch.randint(10, (3, 6))
+    assert {"hook_embed", "blocks.0.hook_resid_pre", "blocks.1.hook_resid_post"} <= set(model.hook_points())
+    logits, cache = model.run_with_cache(tokens, ["blocks.1.hook_resid_pre"])
+    torch.testing.assert_close(logits, model(tokens))
+    assert cache["blocks.1.hook_resid_pre"].shape == (3, 6, 8)
+    zeroed = model.run_with_hooks(tokens, {"blocks.1.hook_resid_pre": lambda x: torch.zeros_like(x)})
+    assert not torch.allclose(zeroed, logits)
+    torch.testing.assert_close(model(tokens), logits)  # hooks removed afterwards
+    with pytest.raises(ValueError, match="unknown hook names"):
+        model.run_with_hooks(tokens, {"blocks.9.hook_resid_pre": lambda x: x})
+
+
+def test_patching_everything_with_a_complete_basis_reproduces_the_counterfactual():
+    torch.manual_seed(0)
+    data = ioi_dataset(templates=[0])
+    model = HookedTinyTransformer(len(data.vocab), data.clean.shape[1], d_model=16, n_layers=2, n_heads=2, d_mlp=32)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(data.clean[:40], ["blocks.1.hook_resid_pre"])
+    pca = baseline_decompositions(cache["blocks.1.hook_resid_pre"].flatten(0, 1))["PCA"]
+    curve = feature_patching_curve(model, "blocks.1.hook_resid_pre", pca, data.clean[:8], data.counterfactual[:8],
+                                   np.array([1e-3, 1e9]))
+    assert curve["kl"][0] == pytest.approx(0.0, abs=1e-6)  # all features patched = the counterfactual run
+    assert curve["n_features"][-1] == 0 and curve["kl"][-1] == pytest.approx(curve["kl_clean"], rel=1e-6)
+
+
+def test_interpretability_score_of_a_perfect_and_a_useless_feature():
+    variable = torch.tensor([True, False, True, False, True, False])
+    codes = torch.stack([variable.double() * 3.0, torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 1.0])], 1)
+    scores = interpretability_scores(codes, {"v": variable})
+    assert scores[0].item() == 1.0 and scores[1].item() < 0.75
+
+
+def test_interpretability_score_equals_sklearn_auroc():
+    from sklearn.metrics import roc_auc_score
+
+    g = torch.Generator().manual_seed(0)
+    codes = torch.relu(torch.randn(300, 5, generator=g))
+    variable = torch.rand(300, generator=g) < 0.3
+    expected = [max(a, 1 - a) for a in (roc_auc_score(variable.numpy(), codes[:, j].numpy()) for j in range(5))]
+    torch.testing.assert_close(interpretability_scores(codes, {"v": variable}), torch.tensor(expected,
+                                                                                           dtype=torch.float64))
+
+
+def test_smoke_run_reports_every_claim(tmp_path):
+    record = run("sae", preset="smoke", runs_dir=tmp_path, quiet=True)
+    assert record.ok, record.result.get("traceback")
+    assert [c["statement"] for c in record.result["claims"]] == list(get_experiment("sae").claims)
+    assert set(record.result["figures"]) == {"mmcs_vs_l1.png", "kl_vs_features.png"}
+
+
+def test_smoke_metrics_are_deterministic(tmp_path):
+    a = run("sae", preset="smoke", seed=1, runs_dir=tmp_path, quiet=True).result["metrics"]
+    b = run("sae", preset="smoke", seed=1, runs_dir=tmp_path, quiet=True).result["metrics"]
+    assert a == b
