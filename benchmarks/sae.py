@@ -36,7 +36,8 @@ def main(d_in: int = 64, ratios=(2, 8), batch_size: int = 1024, l1: float = 3e-3
         print("sae-lens is not installed (pip install sae-lens): nothing to compare with")
         return
     print(f"d_in={d_in}, batch={batch_size}; steps/s and parameter+Adam bytes; ratio = ours / SAELens")
-    print(f"{'d_sae':>6} {'variant':>8} {'ours steps/s':>13} {'SAELens steps/s':>16} {'speed ratio':>12} {'memory ratio':>13}")
+    print(f"{'d_sae':>6} {'variant':>8} {'ours steps/s':>13} {'SAELens steps/s':>16} {'speed ratio':>12} "
+          f"{'memory ratio':>13}")
     gen = torch.Generator().manual_seed(0)
     for ratio in ratios:
         d_sae = ratio * d_in

@@ -17,7 +17,8 @@ from rich.table import Table
 
 from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
 from iclr24.core.report import build_report
-from iclr24.core.runner import RunRecord, latest_run, run as run_experiment
+from iclr24.core.runner import RunRecord, latest_run
+from iclr24.core.runner import run as run_experiment
 
 app = typer.Typer(
     add_completion=False,

@@ -17,12 +17,6 @@ def test_smoke_run_reports_every_claim_with_finite_numbers(tmp_path):
     assert len(result["tables"]["speed"]) == 2 * (len(smoke.ns) + len(smoke.hyper_only_ns))
 
 
-def test_smoke_metrics_are_deterministic(tmp_path):
-    a = run("hyperattention", preset="smoke", seed=7, runs_dir=tmp_path, quiet=True).result["metrics"]
-    b = run("hyperattention", preset="smoke", seed=7, runs_dir=tmp_path, quiet=True).result["metrics"]
-    assert a == b
-
-
 def test_clustered_inputs_have_peaked_attention():
     import torch
 

@@ -16,45 +16,49 @@ def tiny_net(seed, sizes=(3, 5, 4, 3)):
 
 
 def exact_min_margins(net, lo, hi, label):
-    """min over the box of y_label - y_j for each j, by MILP (big-M ReLUs with interval bounds)."""
+    """min over the box of y_label - y_j for each j, by MILP: each hidden ReLU h = relu(z) is
+    encoded with a binary a and the interval bounds [l, u] of z (big-M):
+    h >= z, h >= 0, h <= z - l (1 - a), h <= u a."""
     ibp = verify(net, torch.tensor((lo + hi) / 2), float(np.max((hi - lo) / 2)), label, "ibp")
-    mins = []
     n_classes = net.weights[-1].shape[0]
-    for j in [c for c in range(n_classes) if c != label]:
-        sizes = [net.weights[0].shape[1]] + [W.shape[0] for W in net.weights[:-1]]
-        # variables: x, then per hidden layer (z, h, a)
-        offsets, n_vars = [0], sizes[0]
-        for s in sizes[1:]:
-            offsets.append(n_vars)
-            n_vars += 3 * s
-        A, lb, ub = [], [], []
-        lower_var, upper_var, integrality = np.full(n_vars, -np.inf), np.full(n_vars, np.inf), np.zeros(n_vars)
-        lower_var[: sizes[0]], upper_var[: sizes[0]] = lo, hi
-        prev = np.arange(sizes[0])
-        for k, (W, b) in enumerate(zip(net.weights[:-1], net.biases[:-1])):
-            s, base = W.shape[0], offsets[k + 1]
-            z, h, a = base + np.arange(s), base + s + np.arange(s), base + 2 * s + np.arange(s)
-            l, u = (t.numpy() for t in ibp.layer_bounds[k])
-            lower_var[a], upper_var[a], integrality[a] = 0, 1, 1
-            lower_var[h] = 0
-            for i in range(s):
-                row = np.zeros(n_vars); row[z[i]] = 1; row[prev] = -W[i].numpy()
-                A.append(row); lb.append(b[i].item()); ub.append(b[i].item())          # z = W h_prev + b
-                row = np.zeros(n_vars); row[h[i]] = 1; row[z[i]] = -1
-                A.append(row); lb.append(0); ub.append(np.inf)                            # h >= z
-                row = np.zeros(n_vars); row[h[i]] = 1; row[z[i]] = -1; row[a[i]] = -l[i]
-                A.append(row); lb.append(-np.inf); ub.append(-l[i])                       # h <= z - l (1 - a)
-                row = np.zeros(n_vars); row[h[i]] = 1; row[a[i]] = -max(u[i], 0)
-                A.append(row); lb.append(-np.inf); ub.append(0)                           # h <= u a
-            prev = h
-        c_spec = (spec_matrix(label, n_classes)[[c for c in range(n_classes) if c != label].index(j)]
-                  @ net.weights[-1]).numpy()
+    sizes = [W.shape[0] for W in net.weights[:-1]]
+    n_in = net.weights[0].shape[1]
+    n_vars = n_in + 3 * sum(sizes)  # x, then (z, h, a) per hidden layer
+    rows, lb, ub = [], [], []
+
+    def constrain(coefficients: dict, low: float, high: float) -> None:
+        row = np.zeros(n_vars)
+        for index, value in coefficients.items():
+            row[index] += value
+        rows.append(row)
+        lb.append(low)
+        ub.append(high)
+
+    var_lo, var_hi, integrality = np.full(n_vars, -np.inf), np.full(n_vars, np.inf), np.zeros(n_vars)
+    var_lo[:n_in], var_hi[:n_in] = lo, hi
+    prev, base = np.arange(n_in), n_in
+    for k, (W, b) in enumerate(zip(net.weights[:-1], net.biases[:-1])):
+        s = W.shape[0]
+        z, h, a = base + np.arange(s), base + s + np.arange(s), base + 2 * s + np.arange(s)
+        l, u = (t.numpy() for t in ibp.layer_bounds[k])
+        var_lo[h], var_lo[a], var_hi[a], integrality[a] = 0, 0, 1, 1
+        for i in range(s):
+            z_eq = {z[i]: 1.0, **{int(p): -float(w) for p, w in zip(prev, W[i])}}
+            constrain(z_eq, b[i].item(), b[i].item())  # z = W h_prev + b
+            constrain({h[i]: 1.0, z[i]: -1.0}, 0.0, np.inf)  # h >= z
+            constrain({h[i]: 1.0, z[i]: -1.0, a[i]: -l[i]}, -np.inf, -l[i])  # h <= z - l (1 - a)
+            constrain({h[i]: 1.0, a[i]: -max(u[i], 0.0)}, -np.inf, 0.0)  # h <= u a
+        prev, base = h, base + 3 * s
+    C = spec_matrix(label, n_classes)
+    objectives, offsets = (C @ net.weights[-1]).numpy(), (C @ net.biases[-1]).numpy()
+    mins = []
+    for c, offset in zip(objectives, offsets):
         objective = np.zeros(n_vars)
-        objective[prev] = c_spec
-        res = milp(objective, constraints=LinearConstraint(np.array(A), lb, ub), integrality=integrality,
-                   bounds=Bounds(lower_var, upper_var))
+        objective[prev] = c
+        res = milp(objective, constraints=LinearConstraint(np.array(rows), lb, ub), integrality=integrality,
+                   bounds=Bounds(var_lo, var_hi))
         assert res.status == 0, res.message
-        mins.append(res.fun + (spec_matrix(label, n_classes) @ net.biases[-1]).numpy()[len(mins)])
+        mins.append(res.fun + offset)
     return torch.tensor(mins, dtype=torch.float64)
 
 

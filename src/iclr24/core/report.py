@@ -162,7 +162,8 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
     e = html.escape
     out = [f"<section id='{e(name)}'><h2>{e(name)}</h2>"]
     if record is None:
-        return out + [f"<p class='muted'>{e(papers.get(name, ''))}: not run yet (<code>iclr24 run {e(name)}</code>).</p>",
+        how = f"<code>iclr24 run {e(name)}</code>"
+        return out + [f"<p class='muted'>{e(papers.get(name, ''))}: not run yet ({how}).</p>",
                       "</section>"]
     r = record.result
     out.append(

@@ -127,7 +127,8 @@ class FaberConv(MessagePassing):
 
     def __repr__(self) -> str:
         kind = ", complex_weights=True" if self.complex_weights else ""
-        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, K={self.K}, alpha={self.alpha}{kind})"
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, K={self.K}, "
+                f"alpha={self.alpha}{kind})")
 
 
 class FaberNet(nn.Module):

@@ -79,7 +79,8 @@ class Config:
 
 
 PRESETS = {
-    "smoke": Config(ns=(512, 1024, 2048), hyper_only_ns=(4096,), repeats=1, block_size=64, sample_size=64, min_seq_len=256,
+    "smoke": Config(ns=(512, 1024, 2048), hyper_only_ns=(4096,), repeats=1, block_size=64, sample_size=64,
+                    min_seq_len=256,
                     n_clusters=16, error_n=1024, sample_sizes=(32, 128), error_seeds=1,
                     lm_context=64, lm_steps=4, lm_batch=2, lm_eval_sequences=2, lm_block_size=8,
                     lm_sample_size=8, lm_min_seq_len=16),

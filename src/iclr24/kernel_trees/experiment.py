@@ -157,7 +157,8 @@ def _claims(cfg: Config, t: dict, input_checks: list[bool]) -> list[Claim]:
         return ", ".join(f"{d} {t[d, method][key]:.2f}" for d in datasets)
 
     claims.append(Claim(
-        CLAIM_IMM, paper="circles ARI: kernel k-means 1.00, IMM 0.00, Kernel IMM 0.49 (spec's prototype); paper: bar plots",
+        CLAIM_IMM,
+        paper="circles ARI: kernel k-means 1.00, IMM 0.00, Kernel IMM 0.49 (spec's prototype); paper: bar plots",
         measured=(f"agreement with kernel k-means: IMM {fmt(nonlinear, 'IMM', 'agreement')}; "
                   f"Kernel IMM {fmt(nonlinear, 'Kernel IMM', 'agreement')}"),
         holds=bool(nonlinear) and all(t[d, "IMM"]["agreement"] < 0.8
@@ -205,7 +206,7 @@ def _plot_partitions(fitted: dict):
     flat = {name: v for name, v in fitted.items() if v[0].shape[1] == 2}
     fig, axes = plt.subplots(len(flat), 1 + len(METHODS), figsize=(3 * (1 + len(METHODS)), 3 * len(flat)),
                              squeeze=False)
-    for row, (name, (X, y, kkm, models)) in zip(axes, flat.items()):
+    for row, (name, (X, _, kkm, models)) in zip(axes, flat.items()):
         row[0].scatter(X[:, 0], X[:, 1], c=kkm.labels_, cmap="tab10", vmin=0, vmax=9, s=8)
         row[0].set_title(f"{name}: kernel k-means")
         row[0].set_xticks([])

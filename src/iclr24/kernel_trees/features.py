@@ -154,7 +154,9 @@ def build_features(kind: str, X: np.ndarray, kernel, gamma: float, taylor_degree
         return SurrogateFeatures("raw", None, gamma, np.arange(d), np.zeros(d))
     if kind == "kernel_matrix":
         if kernel not in ("rbf", "laplace"):
-            raise ValueError(f"features='kernel_matrix' needs a product kernel ('rbf' or 'laplace'), got kernel={kernel!r}")
+            raise ValueError(
+                f"features='kernel_matrix' needs a product kernel ('rbf' or 'laplace'), got kernel={kernel!r}"
+            )
         coords, anchors = [], []
         for i in range(d):
             values = np.unique(X[:, i])  # repeated values give identical features

@@ -54,7 +54,8 @@ def _worst_case_logits(model, x, y, eps):
 
 
 def train(model: nn.Sequential, X: Tensor, y: Tensor, kind: str = "standard", *, eps: float = 0.02, epochs: int = 20,
-          lr: float = 1e-3, batch_size: int = 64, generator: torch.Generator | None = None, progress=None) -> nn.Sequential:
+          lr: float = 1e-3, batch_size: int = 64, generator: torch.Generator | None = None,
+          progress=None) -> nn.Sequential:
     """Train ``model`` on ``(X, y)``.
 
     ``kind``: ``"standard"`` (cross-entropy), ``"pgd"`` (on PGD examples at ``eps``) or

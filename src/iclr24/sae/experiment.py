@@ -213,7 +213,8 @@ def _plot_mmcs(sweep, base):
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for tied, style in ((True, "o-"), (False, "s--")):
         rows = [r for r in sweep if r["tied"] == tied]
-        ax.semilogx([r["l1"] for r in rows], [r["mmcs"] for r in rows], style, label=f"SAE ({'tied' if tied else 'untied'})")
+        label = f"SAE ({'tied' if tied else 'untied'})"
+        ax.semilogx([r["l1"] for r in rows], [r["mmcs"] for r in rows], style, label=label)
     for (name, v), c in zip(base.items(), ("C2", "C3", "C4")):
         ax.axhline(v, color=c, ls=":", label=name)
     ax.set_xlabel("l1 coefficient")

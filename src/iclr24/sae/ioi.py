@@ -113,11 +113,6 @@ class HookedTinyTransformer(nn.Module):
 
 @dataclass
 class IOIData:
-    def subset(self, rows: Tensor) -> "IOIData":
-        """The prompts selected by ``rows`` (a bool mask or indices)."""
-        return IOIData(self.vocab, self.clean[rows], self.counterfactual[rows], self.answer[rows], self.cf_answer[rows],
-                       self.template[rows], self.s2_position[rows])
-
     """Token ids of prompts, counterfactuals and answers, with the variables the scores use."""
 
     vocab: list[str]
@@ -189,8 +184,8 @@ def ioi_accuracy(model, data: IOIData) -> float:
     return float((pred == data.answer).float().mean())
 
 
-def feature_patching_curve(model: HookedTinyTransformer, hook: str, decomposition, clean: Tensor, counterfactual: Tensor,
-                           thresholds: np.ndarray, seed: int = 0) -> dict:
+def feature_patching_curve(model: HookedTinyTransformer, hook: str, decomposition, clean: Tensor,
+                           counterfactual: Tensor, thresholds: np.ndarray, seed: int = 0) -> dict:
     """KL(counterfactual || patched) against the number of features patched in from the counterfactual.
 
     The activation at ``hook`` (every position) is split into codes and a reconstruction

@@ -1,0 +1,30 @@
+"""The experiment contract, checked for every registered method: a smoke run is complete,
+honest in form, and deterministic. New methods are covered by registering."""
+
+import math
+
+import pytest
+
+from iclr24.core import get_experiment, list_experiments, run
+
+NAMES = [e.name for e in list_experiments()]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_smoke_run_is_complete_and_deterministic(name, tmp_path):
+    first = run(name, preset="smoke", seed=3, runs_dir=tmp_path, quiet=True)
+    assert first.ok, first.result.get("traceback")
+    result = first.result
+    assert [c["statement"] for c in result["claims"]] == list(get_experiment(name).claims)
+    for claim in result["claims"]:
+        assert isinstance(claim["holds"], bool) and claim["paper"] and claim["measured"] and claim["criterion"]
+    assert all(math.isfinite(v) for v in {**result["metrics"], **result["timings"]}.values())
+    assert result["figures"] and all((first.run_dir / f).stat().st_size > 1000 for f in result["figures"])
+    second = run(name, preset="smoke", seed=3, runs_dir=tmp_path, quiet=True)
+    assert second.result["metrics"] == result["metrics"]
+
+
+def test_every_method_package_registers_its_experiment():
+    from iclr24.core.methods import METHOD_PACKAGES
+
+    assert sorted(NAMES) == sorted(METHOD_PACKAGES)
