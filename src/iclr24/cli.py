@@ -7,6 +7,7 @@ the command exits 1 (``run all`` finishes the others first).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -78,8 +79,16 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
     threads: int = typer.Option(1, "--threads", min=1,
                                 help="torch threads; 1 gives the steadiest timings on a shared machine."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="Language-model backend for methods that use one "
+                                      "(embedded, hf, openai); sets $ICLR24_LLM."),
 ) -> None:
     """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
+    if llm is not None:
+        from iclr24.llm.base import BACKENDS
+
+        if llm not in BACKENDS or llm == "scripted":
+            raise _user_error(f"unknown --llm {llm!r}; expected one of embedded, hf, openai")
+        os.environ["ICLR24_LLM"] = llm
     experiments = _resolve(name)
     overrides = overrides or []
     if preset not in PRESETS:

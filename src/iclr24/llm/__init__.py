@@ -1,0 +1,14 @@
+"""One language-model protocol, several backends, chosen by name.
+
+    from iclr24.llm import get_model
+    llm = get_model()                       # $ICLR24_LLM, else "embedded" (SmolLM2-135M-Instruct, CPU, offline)
+    llm.generate([{"role": "user", "content": "2 + 2 = ?"}], max_tokens=16)[0].text
+    llm.next_token_logprobs(llm.tokenize("The capital of France is"))   # full vocabulary (local backends)
+
+Backends: ``embedded`` (default), ``hf`` (a local checkpoint folder), ``openai`` (any
+OpenAI-compatible server), ``scripted`` (tests only). ``LoggedModel`` records every call.
+"""
+
+from iclr24.llm.base import BACKENDS, Capabilities, Completion, LanguageModel, LoggedModel, apply_stop, get_model
+
+__all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "get_model"]

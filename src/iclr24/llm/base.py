@@ -1,0 +1,124 @@
+"""The language-model protocol every backend implements, and the registry that picks one."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
+           "get_model"]
+
+Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do.
+
+    full_logits: ``next_token_logprobs`` returns the whole vocabulary's distribution.
+    top_logprobs_k: how many alternatives per token it can report (0: none).
+    chat_template: it formats chat messages itself.
+    grammar: it can constrain output to a grammar / JSON schema.
+    """
+
+    full_logits: bool
+    top_logprobs_k: int
+    chat_template: bool
+    grammar: bool
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str  # "stop" (a stop string or end of sequence) or "length"
+    prompt_tokens: int
+    completion_tokens: int
+    duration_s: float
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """``generate`` text, ``next_token_logprobs`` where the backend can, ``tokenize`` / ``detokenize``."""
+
+    name: str
+    capabilities: Capabilities
+
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
+                 seed: int | None = None, n: int = 1) -> list[Completion]: ...
+
+    def next_token_logprobs(self, token_ids: Sequence[int]) -> Any: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def detokenize(self, token_ids: Sequence[int]) -> str: ...
+
+
+def apply_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` before the earliest stop string; whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def check_generate_args(max_tokens: int, temperature: float, n: int) -> None:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+
+
+#: Backend name -> (module, class, extra to install). Imported only when chosen.
+BACKENDS: dict[str, tuple[str, str, str | None]] = {
+    "embedded": ("iclr24.llm.hf", "EmbeddedModel", "llm"),
+    "hf": ("iclr24.llm.hf", "HFModel", "llm"),
+    "openai": ("iclr24.llm.openai_backend", "OpenAIModel", "llm"),
+    "scripted": ("iclr24.llm.scripted", "ScriptedModel", None),
+}
+
+
+def get_model(name: str | None = None, **options) -> LanguageModel:
+    """The backend ``name`` (default: ``$ICLR24_LLM``, else ``"embedded"``) built with ``options``.
+
+    >>> get_model("scripted", outputs=["4"]).generate("2 + 2 =")[0].text
+    '4'
+    """
+    name = name or os.environ.get("ICLR24_LLM") or "embedded"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown language-model backend {name!r}; expected one of {sorted(BACKENDS)}")
+    module, cls, extra = BACKENDS[name]
+    try:
+        backend = getattr(importlib.import_module(module), cls)
+    except ImportError as err:
+        hint = f"pip install 'iclr24[{extra}]'" if extra else "check the installation"
+        raise ImportError(f"the {name!r} language-model backend needs {err.name or 'a missing package'}: {hint}") \
+            from err
+    return backend(**options)
+
+
+class LoggedModel:
+    """Wraps a model and appends every ``generate`` call (prompt, outputs, timing, tokens) to a JSONL file."""
+
+    def __init__(self, model: LanguageModel, path: str | os.PathLike) -> None:
+        self.model, self.path = model, Path(path)
+        self.name, self.capabilities = model.name, model.capabilities
+
+    def generate(self, prompt: Prompt, **kwargs) -> list[Completion]:
+        start = time.time()
+        outputs = self.model.generate(prompt, **kwargs)
+        record = {"time": start, "model": self.name, "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                  "kwargs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()},
+                  "outputs": [asdict(o) for o in outputs]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        return outputs
+
+    def __getattr__(self, name: str) -> Callable:
+        return getattr(self.model, name)

@@ -1,0 +1,78 @@
+"""Any OpenAI-compatible server (vLLM, llama.cpp server, Ollama, hosted APIs) through the ``openai`` client.
+
+Chat messages go to ``/chat/completions``, text prompts to ``/completions``. Retries with
+exponential backoff on 429 and 5xx are the client's (``max_retries``). Over HTTP only the top
+``top_logprobs`` alternatives per token are available (at most 20), never the full
+vocabulary: methods that need exact next-token distributions (EFT) must use a local backend.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args
+
+__all__ = ["OpenAIModel"]
+
+
+class OpenAIModel:
+    """Args:
+        model: the served model's name.
+        base_url: the server (default ``$OPENAI_BASE_URL``, else OpenAI's).
+        api_key: default ``$OPENAI_API_KEY`` (``"EMPTY"`` for local servers that ignore it).
+        timeout: seconds per request; max_retries: retries on 429/5xx/connection errors.
+    """
+
+    def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 60.0, max_retries: int = 3) -> None:
+        import openai
+
+        self._openai = openai
+        self.name = model or os.environ.get("ICLR24_OPENAI_MODEL") or ""
+        if not self.name:
+            raise ValueError("the openai backend needs a model name: get_model('openai', model=...) or "
+                             "$ICLR24_OPENAI_MODEL")
+        self.client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+                                    api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+                                    timeout=timeout, max_retries=max_retries)
+        self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=True, grammar=False)
+
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
+                 seed: int | None = None, n: int = 1) -> list[Completion]:
+        check_generate_args(max_tokens, temperature, n)
+        common = {"model": self.name, "max_tokens": max_tokens, "temperature": temperature, "n": n,
+                  **({"stop": list(stop)} if stop else {}), **({"seed": seed} if seed is not None else {})}
+        start = time.perf_counter()
+        try:
+            if isinstance(prompt, str):
+                response = self.client.completions.create(prompt=prompt, **common)
+                texts = [c.text for c in response.choices]
+            else:
+                response = self.client.chat.completions.create(messages=list(prompt), **common)
+                texts = [c.message.content or "" for c in response.choices]
+        except self._openai.AuthenticationError as err:
+            raise PermissionError(f"the server at {self.client.base_url} refused the API key "
+                                  f"(set $OPENAI_API_KEY): {err}") from err
+        except self._openai.APIConnectionError as err:
+            raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
+        duration = time.perf_counter() - start
+        usage = response.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        per_choice = (usage.completion_tokens // max(1, n)) if usage else 0
+        return [Completion(text, choice.finish_reason or "stop", prompt_tokens, per_choice, duration)
+                for text, choice in zip(texts, response.choices)]
+
+    def next_token_logprobs(self, token_ids: Sequence[int]):
+        raise NotImplementedError("OpenAI-compatible servers return at most the top 20 logprobs per token, not the "
+                                  "full vocabulary; use the 'embedded' or 'hf' backend for exact distributions")
+
+    def tokenize(self, text: str) -> list[int]:
+        raise NotImplementedError("tokenisation is not part of the OpenAI HTTP API")
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        raise NotImplementedError("tokenisation is not part of the OpenAI HTTP API")
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"

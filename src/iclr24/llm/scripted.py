@@ -1,0 +1,64 @@
+"""A scripted model for tests: replays given outputs or calls a function, and records every call.
+
+Never for results: a reproduction's numbers must come from a real model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from iclr24.llm.base import Capabilities, Completion, Prompt, apply_stop, check_generate_args
+
+__all__ = ["ScriptedModel"]
+
+
+class ScriptedModel:
+    """Replays ``outputs`` in order (or calls ``outputs(prompt, call_index)``), applying ``stop`` and
+    ``max_tokens`` (a token is a character here) as a real backend would.
+
+    ``logprobs``, when given, maps token ids to a full next-token distribution (a list or tensor),
+    which makes ``next_token_logprobs`` available for tests of methods that need it.
+    """
+
+    name = "scripted"
+
+    def __init__(self, outputs: Sequence[str] | Callable[[Prompt, int], str], logprobs=None,
+                 vocab_size: int = 256) -> None:
+        self._outputs, self._logprobs, self.vocab_size = outputs, logprobs, vocab_size
+        self.calls: list[dict] = []
+        self.capabilities = Capabilities(full_logits=logprobs is not None, top_logprobs_k=0, chat_template=True,
+                                         grammar=False)
+
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
+                 seed: int | None = None, n: int = 1) -> list[Completion]:
+        check_generate_args(max_tokens, temperature, n)
+        results = []
+        for _ in range(n):
+            index = len(self.calls)
+            self.calls.append({"prompt": prompt, "max_tokens": max_tokens, "stop": list(stop),
+                               "temperature": temperature, "seed": seed})
+            if callable(self._outputs):
+                raw = self._outputs(prompt, index)
+            elif index < len(self._outputs):
+                raw = self._outputs[index]
+            else:
+                raise IndexError(f"ScriptedModel ran out of outputs after {len(self._outputs)} calls")
+            text, stopped = apply_stop(raw, stop)
+            finish = "stop" if stopped or len(text) <= max_tokens else "length"
+            results.append(Completion(text[:max_tokens], finish, len(str(prompt)), min(len(text), max_tokens), 0.0))
+        return results
+
+    def next_token_logprobs(self, token_ids: Sequence[int]):
+        if self._logprobs is None:
+            raise NotImplementedError("this ScriptedModel was given no logprobs table")
+        return self._logprobs(list(token_ids))
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(c) % self.vocab_size for c in text]
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return "".join(chr(i) for i in token_ids)
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel({len(self.calls)} calls)"
+

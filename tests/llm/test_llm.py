@@ -1,0 +1,159 @@
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+
+from iclr24.llm import LoggedModel, apply_stop, get_model
+from iclr24.llm.scripted import ScriptedModel
+
+
+def test_apply_stop_cuts_at_the_earliest_stop():
+    assert apply_stop("a = 1\n```output\n2", ["```output", "\n"]) == ("a = 1", True)
+    assert apply_stop("no stop here", ["###"]) == ("no stop here", False)
+
+
+def test_get_model_by_name_environment_and_errors(monkeypatch):
+    assert isinstance(get_model("scripted", outputs=["x"]), ScriptedModel)
+    monkeypatch.setenv("ICLR24_LLM", "scripted")
+    assert isinstance(get_model(outputs=["x"]), ScriptedModel)
+    with pytest.raises(ValueError, match=r"unknown language-model backend 'gpt5'; expected one of \['embedded'"):
+        get_model("gpt5")
+
+
+def test_scripted_model_applies_stop_limits_and_records_calls():
+    model = ScriptedModel(["The answer is 4.\nQuestion: next", "abcdefgh"])
+    first, = model.generate("2+2?", stop=["\nQuestion:"], temperature=0.0, seed=1)
+    assert (first.text, first.finish_reason) == ("The answer is 4.", "stop")
+    second, = model.generate("more", max_tokens=3)
+    assert (second.text, second.finish_reason) == ("abc", "length")
+    assert [c["prompt"] for c in model.calls] == ["2+2?", "more"] and model.calls[0]["stop"] == ["\nQuestion:"]
+    with pytest.raises(IndexError, match="ran out of outputs after 2 calls"):
+        model.generate("again")
+    with pytest.raises(ValueError, match="max_tokens must be a positive int, got 0"):
+        model.generate("x", max_tokens=0)
+
+
+def test_logged_model_writes_every_call(tmp_path):
+    model = LoggedModel(ScriptedModel(lambda prompt, i: f"reply {i}"), tmp_path / "calls.jsonl")
+    model.generate("one", n=2)
+    model.generate([{"role": "user", "content": "two"}], stop=("x",))
+    records = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in records] == ["one", [{"role": "user", "content": "two"}]]
+    assert [o["text"] for o in records[0]["outputs"]] == ["reply 0", "reply 1"]
+    assert records[1]["kwargs"]["stop"] == ["x"]
+
+
+# --- the OpenAI-compatible backend against a local stub server ---------------------------------------------
+
+
+class _Stub(BaseHTTPRequestHandler):
+    requests: list = []
+    fail_first = 0
+    status = 200
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Stub.requests.append((self.path, body))
+        if _Stub.fail_first > 0:
+            _Stub.fail_first -= 1
+            return self._send(500, {"error": {"message": "overloaded"}})
+        if _Stub.status != 200:
+            return self._send(_Stub.status, {"error": {"message": "bad key", "type": "invalid_request_error"}})
+        n = body.get("n", 1)
+        if self.path.endswith("/chat/completions"):
+            choices = [{"index": i, "message": {"role": "assistant", "content": f"chat {i}"}, "finish_reason": "stop"}
+                       for i in range(n)]
+        else:
+            choices = [{"index": i, "text": f"text {i}", "finish_reason": "length"} for i in range(n)]
+        self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                         "choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": 2 * n,
+                                                       "total_tokens": 5 + 2 * n}})
+
+    def _send(self, status, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stub():
+    _Stub.requests, _Stub.fail_first, _Stub.status = [], 0, 200
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_openai_backend_chat_and_text(stub):
+    model = get_model("openai", model="local", base_url=stub, api_key="k", max_retries=0)
+    chat = model.generate([{"role": "user", "content": "hi"}], max_tokens=8, stop=["\n"], seed=3, n=2)
+    assert [c.text for c in chat] == ["chat 0", "chat 1"] and chat[0].prompt_tokens == 5
+    text, = model.generate("Once", max_tokens=4)
+    assert (text.text, text.finish_reason) == ("text 0", "length")
+    (path, body), _ = _Stub.requests
+    assert path == "/v1/chat/completions" and body["stop"] == ["\n"] and body["seed"] == 3 and body["n"] == 2
+    assert not model.capabilities.full_logits
+    with pytest.raises(NotImplementedError, match="top 20 logprobs"):
+        model.next_token_logprobs([1, 2])
+
+
+def test_openai_backend_retries_server_errors(stub):
+    _Stub.fail_first = 1
+    model = get_model("openai", model="local", base_url=stub, max_retries=2)
+    assert model.generate("x")[0].text == "text 0" and len(_Stub.requests) == 2
+
+
+def test_openai_backend_auth_and_connection_errors(stub):
+    _Stub.status = 401
+    with pytest.raises(PermissionError, match="refused the API key"):
+        get_model("openai", model="local", base_url=stub, max_retries=0).generate("x")
+    with pytest.raises(ConnectionError, match="cannot reach"):
+        get_model("openai", model="local", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2).generate("x")
+    with pytest.raises(ValueError, match="needs a model name"):
+        get_model("openai", base_url=stub)
+
+
+# --- the embedded model, for real ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    torch.set_num_threads(1)
+    return get_model("embedded")
+
+
+def test_embedded_model_answers_deterministically(embedded):
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    first = embedded.generate(messages, max_tokens=24)[0]
+    assert "Paris" in first.text and first.finish_reason == "stop"
+    assert embedded.generate(messages, max_tokens=24)[0].text == first.text
+    assert embedded.capabilities.full_logits and embedded.capabilities.chat_template
+
+
+def test_embedded_next_token_logprobs_are_a_distribution(embedded):
+    ids = embedded.tokenize("The capital of France is")
+    logprobs = embedded.next_token_logprobs(ids)
+    assert logprobs.shape == (len(embedded.tokenizer),)
+    assert torch.logsumexp(logprobs, 0).item() == pytest.approx(0.0, abs=1e-9)
+    assert embedded.detokenize([int(logprobs.argmax())]).strip() == "Paris"
+
+
+def test_embedded_stop_strings_and_seeded_sampling(embedded):
+    out, = embedded.generate("1, 2, 3, 4,", max_tokens=12, stop=["7"])
+    assert "7" not in out.text and out.finish_reason == "stop"
+    a = [c.text for c in embedded.generate("Once upon a time", max_tokens=8, temperature=1.0, seed=5, n=2)]
+    b = [c.text for c in embedded.generate("Once upon a time", max_tokens=8, temperature=1.0, seed=5, n=2)]
+    assert a == b and a[0] != a[1]
+
+
+def test_hf_backend_refuses_a_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="needs a local checkpoint folder"):
+        get_model("hf", path=tmp_path)
