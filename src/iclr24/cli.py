@@ -80,14 +80,14 @@ def run_command(
     threads: int = typer.Option(1, "--threads", min=1,
                                 help="torch threads; 1 gives the steadiest timings on a shared machine."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Language-model backend for methods that use one "
-                                      "(embedded, hf, openai); sets $ICLR24_LLM."),
+                                      "(embedded, hf, llamacpp, openai); sets $ICLR24_LLM."),
 ) -> None:
     """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
     if llm is not None:
         from iclr24.llm.base import BACKENDS
 
         if llm not in BACKENDS or llm == "scripted":
-            raise _user_error(f"unknown --llm {llm!r}; expected one of embedded, hf, openai")
+            raise _user_error(f"unknown --llm {llm!r}; expected one of embedded, hf, llamacpp, openai")
         os.environ["ICLR24_LLM"] = llm
     experiments = _resolve(name)
     overrides = overrides or []

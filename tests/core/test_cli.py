@@ -28,7 +28,8 @@ def test_list_shows_registered_methods(toys, tmp_path):
         (("run", "all", "--set", "n=1"), "error: --set applies to one method's config"),
         (("show", "toy"), "error: no run of 'toy'"),
         (("report", "--runs", "missing-folder"), "error: no runs folder"),
-        (("run", "toy", "--llm", "gpt5"), "error: unknown --llm 'gpt5'; expected one of embedded, hf, openai"),
+        (("run", "toy", "--llm", "gpt5"),
+         "error: unknown --llm 'gpt5'; expected one of embedded, hf, llamacpp, openai"),
     ],
 )
 def test_user_errors_print_one_line_and_exit_2(toys, tmp_path, monkeypatch, args, message):

@@ -66,7 +66,10 @@ class _Stub(BaseHTTPRequestHandler):
             choices = [{"index": i, "message": {"role": "assistant", "content": f"chat {i}"}, "finish_reason": "stop"}
                        for i in range(n)]
         else:
-            choices = [{"index": i, "text": f"text {i}", "finish_reason": "length"} for i in range(n)]
+            top = {" Paris": -0.1, " Lyon": -2.5} if body.get("logprobs") else None
+            choices = [{"index": i, "text": f"text {i}", "finish_reason": "length",
+                        "logprobs": {"tokens": [" Paris"], "token_logprobs": [-0.1], "top_logprobs": [top],
+                                     "text_offset": [0]} if top else None} for i in range(n)]
         self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                          "choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": 2 * n,
                                                        "total_tokens": 5 + 2 * n}})
@@ -103,6 +106,14 @@ def test_openai_backend_chat_and_text(stub):
     assert not model.capabilities.full_logits
     with pytest.raises(NotImplementedError, match="top 20 logprobs"):
         model.next_token_logprobs([1, 2])
+
+
+def test_openai_backend_top_logprobs(stub):
+    model = get_model("openai", model="local", base_url=stub, max_retries=0)
+    assert model.next_token_top_logprobs("The capital of France is", k=2) == {" Paris": -0.1, " Lyon": -2.5}
+    assert _Stub.requests[-1][1]["logprobs"] == 2
+    with pytest.raises(ValueError, match=r"k must lie in \[1, 20\]"):
+        model.next_token_top_logprobs("x", k=50)
 
 
 def test_openai_backend_retries_server_errors(stub):
@@ -157,3 +168,37 @@ def test_embedded_stop_strings_and_seeded_sampling(embedded):
 def test_hf_backend_refuses_a_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="needs a local checkpoint folder"):
         get_model("hf", path=tmp_path)
+
+
+# --- llama.cpp (optional extra; these run where llama-cpp-python is installed) -----------------------------------
+
+
+def test_llamacpp_without_its_package_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    monkeypatch.delitem(sys.modules, "iclr24.llm.llamacpp", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'iclr24\[llamacpp\]'"):
+        get_model("llamacpp")
+
+
+@pytest.fixture(scope="module")
+def llamacpp():
+    pytest.importorskip("llama_cpp", reason="the optional llamacpp extra is not installed")
+    return get_model("llamacpp")
+
+
+def test_llamacpp_answers_and_scores_like_the_embedded_model(llamacpp):
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+    first = llamacpp.generate(messages, max_tokens=24)[0]
+    assert "Paris" in first.text and llamacpp.generate(messages, max_tokens=24)[0].text == first.text
+    logprobs = llamacpp.next_token_logprobs(llamacpp.tokenize("The capital of France is"))
+    assert torch.logsumexp(logprobs, 0).item() == pytest.approx(0.0, abs=1e-9)
+    assert llamacpp.detokenize([int(logprobs.argmax())]).strip() == "Paris"
+
+
+def test_llamacpp_json_schema_constrains_the_output(llamacpp):
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    out = llamacpp.generate([{"role": "user", "content": "What is 2 + 2? Reply in JSON."}], max_tokens=32,
+                            json_schema=schema)[0]
+    assert isinstance(json.loads(out.text)["answer"], int)

@@ -79,6 +79,7 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "embedded": ("iclr24.llm.hf", "EmbeddedModel", "llm"),
     "hf": ("iclr24.llm.hf", "HFModel", "llm"),
     "openai": ("iclr24.llm.openai_backend", "OpenAIModel", "llm"),
+    "llamacpp": ("iclr24.llm.llamacpp", "LlamaCppModel", "llamacpp"),
     "scripted": ("iclr24.llm.scripted", "ScriptedModel", None),
 }
 
@@ -93,13 +94,13 @@ def get_model(name: str | None = None, **options) -> LanguageModel:
     if name not in BACKENDS:
         raise ValueError(f"unknown language-model backend {name!r}; expected one of {sorted(BACKENDS)}")
     module, cls, extra = BACKENDS[name]
+    # Backends import their runtime (transformers, openai, llama_cpp) when loaded or built.
     try:
-        backend = getattr(importlib.import_module(module), cls)
-    except ImportError as err:
+        return getattr(importlib.import_module(module), cls)(**options)
+    except ModuleNotFoundError as err:
         hint = f"pip install 'iclr24[{extra}]'" if extra else "check the installation"
         raise ImportError(f"the {name!r} language-model backend needs {err.name or 'a missing package'}: {hint}") \
             from err
-    return backend(**options)
 
 
 class LoggedModel:

@@ -64,6 +64,24 @@ class OpenAIModel:
         return [Completion(text, choice.finish_reason or "stop", prompt_tokens, per_choice, duration)
                 for text, choice in zip(texts, response.choices)]
 
+    def next_token_top_logprobs(self, prompt: str, k: int = 20) -> dict[str, float]:
+        """The server's ``k`` most likely next tokens after ``prompt`` (text) and their log-probabilities.
+
+        The most OpenAI-style servers offer (``k <= 20``): an approximation of the full
+        distribution that ``next_token_logprobs`` of a local backend gives exactly.
+        """
+        if not 1 <= k <= 20:
+            raise ValueError(f"k must lie in [1, 20] (the HTTP API's limit), got {k}")
+        try:
+            response = self.client.completions.create(model=self.name, prompt=prompt, max_tokens=1, temperature=0.0,
+                                                      logprobs=k)
+        except self._openai.APIConnectionError as err:
+            raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
+        logprobs = response.choices[0].logprobs
+        if logprobs is None or not logprobs.top_logprobs:
+            raise NotImplementedError(f"the server at {self.client.base_url} returned no logprobs")
+        return dict(logprobs.top_logprobs[0])
+
     def next_token_logprobs(self, token_ids: Sequence[int]):
         raise NotImplementedError("OpenAI-compatible servers return at most the top 20 logprobs per token, not the "
                                   "full vocabulary; use the 'embedded' or 'hf' backend for exact distributions")
