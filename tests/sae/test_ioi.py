@@ -66,3 +66,23 @@ def test_interpretability_score_equals_sklearn_auroc():
     expected = [max(a, 1 - a) for a in (roc_auc_score(variable.numpy(), codes[:, j].numpy()) for j in range(5))]
     torch.testing.assert_close(interpretability_scores(codes, {"v": variable}), torch.tensor(expected,
                                                                                            dtype=torch.float64))
+
+
+def test_autointerp_scores_a_perfect_simulation_as_one():
+    from iclr24.llm.scripted import ScriptedModel
+    from iclr24.sae.autointerp import explain_and_score
+
+    tokens = [["a", "b", "c", "d"] for _ in range(8)]
+    codes = torch.zeros(8, 4, 1)
+    codes[:, 1, 0] = torch.arange(1.0, 9.0)  # fires on "b", more in later contexts
+
+    def reply(prompt, i):
+        text = prompt[0]["content"]
+        if "what does the feature detect" in text:
+            return "the letter b"
+        return "0, 10, 0, 0"  # the simulator predicts firing on the second token only
+
+    model = ScriptedModel(reply)
+    explanation, score = explain_and_score(model, codes, tokens, 0, n_explain=3, n_simulate=4)
+    assert explanation == "the letter b" and score > 0.8
+    assert "b(10)" in model.calls[0]["prompt"][0]["content"]  # the explainer saw scaled activations

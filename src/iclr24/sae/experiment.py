@@ -67,6 +67,9 @@ class Config:
     patch_thresholds: int = 16
     score_prompts: int = 200
     baseline_samples: int = 20_000  # activations PCA / ICA are fitted on
+    # LLM-explainer score (autointerp) through iclr24.llm: opt in, with --llm naming the model
+    llm_explainer: bool = False
+    llm_features: int = 8  # features explained per decomposition (those with the largest variance)
 
     def __post_init__(self) -> None:
         if not self.l1_sweep or min(self.l1_sweep) < 0:
@@ -139,6 +142,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     gen = torch.Generator().manual_seed(ctx.seed)
     scored = train_set.subset(torch.randperm(len(train_set.answer), generator=gen)[:cfg.score_prompts])
     scores = _interpretability(model, scored, decompositions)
+    if cfg.llm_explainer:
+        llm_scores = _llm_interpretability(model, scored, decompositions, ioi.vocab, cfg, ctx)
+        metrics.update({f"ioi_llm_score_{k}": v for k, v in llm_scores.items()})
+        ctx.log(f"LLM-explainer score (mean correlation): { {k: round(v, 3) for k, v in llm_scores.items()} }")
     patched = train_set.subset(torch.randperm(len(train_set.answer), generator=gen)[:cfg.patch_prompts])
     thresholds = np.logspace(-4, 0, cfg.patch_thresholds)
     curves = {name: feature_patching_curve(model, HOOK, dec, patched.clean, patched.counterfactual, thresholds,
@@ -206,6 +213,29 @@ def _interpretability(model, data, decompositions) -> dict[str, float]:
         with torch.no_grad():
             codes = dec.encode(acts.flatten(0, 1))
         out[name] = float(interpretability_scores(codes, variables).mean())
+    return out
+
+
+def _llm_interpretability(model, data, decompositions, vocab, cfg: Config, ctx: RunContext) -> dict[str, float]:
+    """Mean autointerp score of each decomposition's most variable features, by the configured LLM."""
+    from iclr24.llm import LoggedModel, get_model
+    from iclr24.sae.autointerp import explain_and_score
+
+    llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
+    with torch.no_grad():
+        _, cache = model.run_with_cache(data.clean, [HOOK])
+    tokens = [[vocab[t] for t in row if t] for row in data.clean.tolist()]
+    width = min(len(t) for t in tokens)
+    tokens = [t[:width] for t in tokens]
+    out = {}
+    for name, dec in decompositions.items():
+        with torch.no_grad():
+            codes = dec.encode(cache[HOOK][:, :width]).double()
+        if name != "SAE":  # signed codes: explain the positive direction, as the paper's +- variants do
+            codes = codes.clamp_min(0)
+        features = torch.argsort(codes.flatten(0, 1).var(0), descending=True)[: cfg.llm_features].tolist()
+        scores = [explain_and_score(llm, codes, tokens, f, seed=ctx.seed)[1] for f in features]
+        out[name] = float(np.mean(scores))
     return out
 
 
