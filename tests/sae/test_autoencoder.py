@@ -100,3 +100,23 @@ def test_bad_arguments():
         train_sae(torch.zeros(3, 4, 5))
     with pytest.raises(FileNotFoundError, match="no sae_weights.safetensors"):
         SparseAutoencoder.load("/nonexistent")
+
+
+def test_sweep_reports_every_ratio_and_coefficient():
+    from iclr24.sae import sweep_sae
+
+    data, truth = toy_superposition(3000, d=8, n_features=16, seed=0)
+    rows = sweep_sae(data, [1e-3, 1e-2], [1, 2], SAETrainingConfig(steps=20, batch_size=128), truth=truth)
+    assert [(r["ratio"], r["l1"]) for r in rows] == [(1, 1e-3), (1, 1e-2), (2, 1e-3), (2, 1e-2)]
+    assert all({"fvu", "l0", "dead", "mmcs", "matched"} <= set(r) for r in rows)
+
+
+def test_train_from_an_activation_source():
+    calls = []
+
+    def source(size):
+        calls.append(size)
+        return torch.randn(size, 8)
+
+    sae = train_sae(source, SAETrainingConfig(d_sae=16, steps=3, batch_size=32))
+    assert sae.d_in == 8 and calls == [32, 32, 32, 32]  # one batch to size the SAE, then one per step

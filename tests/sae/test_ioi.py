@@ -86,3 +86,14 @@ def test_autointerp_scores_a_perfect_simulation_as_one():
     explanation, score = explain_and_score(model, codes, tokens, 0, n_explain=3, n_simulate=4)
     assert explanation == "the letter b" and score > 0.8
     assert "b(10)" in model.calls[0]["prompt"][0]["content"]  # the explainer saw scaled activations
+
+
+def test_activation_store_collects_every_position_in_batches():
+    from iclr24.sae import collect_activations
+
+    torch.manual_seed(0)
+    model = HookedTinyTransformer(10, 6, d_model=8, n_layers=2, n_heads=2, d_mlp=16)
+    tokens = torch.randint(10, (7, 6))
+    acts = collect_activations(model, tokens, "blocks.1.hook_resid_pre", batch_size=3)
+    _, cache = model.run_with_cache(tokens, ["blocks.1.hook_resid_pre"])
+    torch.testing.assert_close(acts, cache["blocks.1.hook_resid_pre"].flatten(0, 1))

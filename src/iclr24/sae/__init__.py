@@ -13,6 +13,7 @@ from iclr24.sae.autoencoder import SparseAutoencoder
 from iclr24.sae.ioi import (
     HookedTinyTransformer,
     IOIData,
+    collect_activations,
     feature_patching_curve,
     interpretability_scores,
     ioi_accuracy,
@@ -28,6 +29,7 @@ from iclr24.sae.training import (
     l0,
     matched_similarity,
     mmcs,
+    sweep_sae,
     toy_superposition,
     train_sae,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "SAETrainingConfig",
     "SparseAutoencoder",
     "baseline_decompositions",
+    "collect_activations",
     "dead_latents",
     "feature_patching_curve",
     "fvu",
@@ -48,6 +51,7 @@ __all__ = [
     "l0",
     "matched_similarity",
     "mmcs",
+    "sweep_sae",
     "toy_superposition",
     "train_ioi_model",
     "train_sae",

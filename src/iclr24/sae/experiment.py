@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.sae.ioi import (  # noqa: E402
     NAMES,
+    collect_activations,
     feature_patching_curve,
     interpretability_scores,
     ioi_accuracy,
@@ -126,9 +127,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     acc_train, acc_held = ioi_accuracy(model, ioi.subset(train_rows)), ioi_accuracy(model, ioi.subset(~train_rows))
     ctx.log(f"IOI model: accuracy {acc_train:.3f} on training templates, {acc_held:.3f} held out")
     train_set = ioi.subset(train_rows)
-    with torch.no_grad():
-        _, cache = model.run_with_cache(train_set.clean, [HOOK])
-    acts = cache[HOOK].flatten(0, 1)
+    acts = collect_activations(model, train_set.clean, HOOK)
     sae = train_sae(acts, SAETrainingConfig(d_sae=cfg.sae_ratio * acts.shape[1], l1_coefficient=cfg.sae_l1,
                                             steps=cfg.sae_steps, centre=True, seed=ctx.seed))
     sample = acts[:cfg.baseline_samples]

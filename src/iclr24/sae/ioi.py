@@ -26,8 +26,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["HookedTinyTransformer", "IOIData", "feature_patching_curve", "interpretability_scores", "ioi_accuracy",
-           "ioi_dataset", "prompt_lengths", "train_ioi_model"]
+__all__ = [
+    "HookedTinyTransformer",
+    "IOIData",
+    "collect_activations",
+    "feature_patching_curve",
+    "interpretability_scores",
+    "ioi_accuracy",
+    "ioi_dataset",
+    "prompt_lengths",
+    "train_ioi_model",
+]
 
 NAMES = ["Mary", "John", "Alice", "Bob", "Tom", "Anna", "James", "Lisa", "Paul", "Kate", "Mark", "Emma", "Sam",
          "Lucy", "Dan", "Rose", "Jack", "Nina", "Carl", "Ella", "Ivan", "Zoe", "Hugo", "Iris"]
@@ -109,6 +118,17 @@ class HookedTinyTransformer(nn.Module):
         cache: dict[str, Tensor] = {}
         logits = self.run_with_hooks(tokens, {n: (lambda x, n=n: cache.__setitem__(n, x.detach())) for n in names})
         return logits, cache
+
+
+def collect_activations(model: HookedTinyTransformer, tokens: Tensor, hook: str, batch_size: int = 256) -> Tensor:
+    """An activation store: the activations at ``hook`` for every position of ``tokens``,
+    collected in batches, ``(n_prompts * T, d)``."""
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(tokens), batch_size):
+            _, cache = model.run_with_cache(tokens[start:start + batch_size], [hook])
+            out.append(cache[hook].flatten(0, 1))
+    return torch.cat(out)
 
 
 @dataclass

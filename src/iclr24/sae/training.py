@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ __all__ = [
     "l0",
     "matched_similarity",
     "mmcs",
+    "sweep_sae",
     "toy_superposition",
     "train_sae",
 ]
@@ -42,24 +43,38 @@ class SAETrainingConfig:
     seed: int = 0
 
 
-def train_sae(activations: Tensor, cfg: SAETrainingConfig = SAETrainingConfig()) -> SparseAutoencoder:
-    """Train an SAE on ``activations`` ``(n, d_in)`` by Adam on random minibatches.
+def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> SparseAutoencoder:
+    """Train an SAE by Adam on minibatches of ``activations``.
+
+    ``activations`` is a tensor ``(n, d_in)`` (batches drawn at random) or an activation
+    source: a callable ``source(batch_size) -> Tensor (batch_size, d_in)``, e.g. one that
+    runs a model and reads a hook, for data that does not fit in memory. With a source,
+    ``centre`` uses the mean of its first batch.
 
     Dictionary rows are renormalised to unit length after every step (the forward uses
     normalised rows anyway). Dead latents (never active on a batch over the last
     ``resample_dead_every`` steps) are re-initialised toward badly reconstructed inputs
     when resampling is on.
     """
-    check_tensor("activations", activations, ndim=2, shape_doc="(n_samples, d_in)")
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    sae = SparseAutoencoder(activations.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
-                            centring=activations.mean(0) if cfg.centre else None)
+    if callable(activations):
+        source, first = activations, check_tensor("source batch", activations(cfg.batch_size), ndim=2)
+    else:
+        check_tensor("activations", activations, ndim=2, shape_doc="(n_samples, d_in)")
+        data = activations
+
+        def source(size):
+            return data[torch.randint(len(data), (size,), generator=gen)]
+
+        first = activations
+    sae = SparseAutoencoder(first.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
+                            centring=first.mean(0) if cfg.centre else None)
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr)
     fired = torch.zeros(cfg.d_sae, dtype=torch.bool)
     with progress("training SAE", total=cfg.steps) as bar:
         for step in range(1, cfg.steps + 1):
-            batch = activations[torch.randint(len(activations), (cfg.batch_size,), generator=gen)]
+            batch = source(cfg.batch_size)
             loss, parts = sae.loss(batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -75,6 +90,25 @@ def train_sae(activations: Tensor, cfg: SAETrainingConfig = SAETrainingConfig())
                         fired.zero_()
             bar.advance(mse=parts["mse"])
     return sae
+
+
+def sweep_sae(activations: Tensor, l1_coefficients, ratios, cfg: SAETrainingConfig = SAETrainingConfig(),
+              truth: Tensor | None = None, n_eval: int = 5000) -> list[dict]:
+    """Train one SAE per (l1 coefficient, dictionary ratio) and report FVU, L0, dead latents,
+    and MMCS / matched similarity when the true features ``truth`` are known."""
+    rows = []
+    sample = activations[:n_eval]
+    for ratio in ratios:
+        for l1 in l1_coefficients:
+            sae = train_sae(activations, replace(cfg, d_sae=int(ratio * activations.shape[1]), l1_coefficient=l1))
+            with torch.no_grad():
+                reconstruction, codes = sae(sample)
+            row = {"ratio": ratio, "l1": l1, "fvu": fvu(sample, reconstruction), "l0": l0(codes),
+                   "dead": dead_latents(codes)}
+            if truth is not None:
+                row.update(mmcs=mmcs(sae.atoms, truth), matched=matched_similarity(sae.atoms, truth))
+            rows.append(row)
+    return rows
 
 
 def _resample(sae: SparseAutoencoder, batch: Tensor, dead: Tensor, gen: torch.Generator) -> None:
