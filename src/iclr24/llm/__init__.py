@@ -6,9 +6,22 @@
     llm.next_token_logprobs(llm.tokenize("The capital of France is"))   # full vocabulary (local backends)
 
 Backends: ``embedded`` (default), ``hf`` (a local checkpoint folder), ``openai`` (any
-OpenAI-compatible server), ``scripted`` (tests only). ``LoggedModel`` records every call.
+OpenAI-compatible server), ``scripted`` (tests only). ``LoggedModel`` records every call;
+``generate_batch(llm, prompts)`` decodes many prompts together where the backend can, and
+``format_chat(llm, messages)`` renders chat messages into the text a model continues.
 """
 
-from iclr24.llm.base import BACKENDS, Capabilities, Completion, LanguageModel, LoggedModel, apply_stop, get_model
+from iclr24.llm.base import (
+    BACKENDS,
+    Capabilities,
+    Completion,
+    LanguageModel,
+    LoggedModel,
+    apply_stop,
+    format_chat,
+    generate_batch,
+    get_model,
+)
 
-__all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "get_model"]
+__all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "format_chat",
+           "generate_batch", "get_model"]

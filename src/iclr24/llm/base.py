@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
-           "get_model"]
+           "format_chat", "generate_batch", "get_model"]
 
 Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
 
@@ -74,6 +74,38 @@ def check_generate_args(max_tokens: int, temperature: float, n: int) -> None:
         raise ValueError(f"n must be a positive int, got {n!r}")
 
 
+def format_chat(model: LanguageModel, messages: Sequence[dict[str, str]]) -> str | None:
+    """Chat ``messages`` rendered by the model's own chat template into text that ends where the assistant's
+    reply begins; None when the backend cannot render (HTTP servers, or a model with no template).
+
+    >>> format_chat(get_model("scripted", outputs=[]), [{"role": "user", "content": "hi"}]) is None
+    True
+    """
+    render = getattr(model, "format_chat", None)
+    if render is None:
+        return None
+    try:
+        return render(messages)
+    except ValueError:  # the model has no chat template
+        return None
+
+
+def generate_batch(model: LanguageModel, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+                   stop: Sequence[str] = (), temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
+    """One completion per prompt: through the backend's own ``generate_batch`` where it has one (local
+    transformers models decode a batch together), else one ``generate`` call per prompt.
+
+    >>> [c.text for c in generate_batch(get_model("scripted", outputs=["a", "b"]), ["1", "2"])]
+    ['a', 'b']
+    """
+    check_generate_args(max_tokens, temperature, 1)
+    prompts = list(prompts)
+    if hasattr(model, "generate_batch"):
+        return model.generate_batch(prompts, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed)
+    return [model.generate(p, max_tokens=max_tokens, stop=stop, temperature=temperature,
+                           seed=None if seed is None else seed + i)[0] for i, p in enumerate(prompts)]
+
+
 #: Backend name -> (module, class, extra to install). Imported only when chosen.
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "embedded": ("iclr24.llm.hf", "EmbeddedModel", "llm"),
@@ -113,13 +145,25 @@ class LoggedModel:
     def generate(self, prompt: Prompt, **kwargs) -> list[Completion]:
         start = time.time()
         outputs = self.model.generate(prompt, **kwargs)
-        record = {"time": start, "model": self.name, "prompt": prompt if isinstance(prompt, str) else list(prompt),
-                  "kwargs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()},
-                  "outputs": [asdict(o) for o in outputs]}
+        self._write([(start, prompt, kwargs, outputs)])
+        return outputs
+
+    def generate_batch(self, prompts: Sequence[Prompt], **kwargs) -> list[Completion]:
+        """As :func:`generate_batch`; one record per prompt."""
+        start = time.time()
+        outputs = generate_batch(self.model, prompts, **kwargs)
+        self._write([(start, p, kwargs, [o]) for p, o in zip(prompts, outputs)])
+        return outputs
+
+    def _write(self, calls) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        return outputs
+            for start, prompt, kwargs, outputs in calls:
+                record = {"time": start, "model": self.name,
+                          "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                          "kwargs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()},
+                          "outputs": [asdict(o) for o in outputs]}
+                f.write(json.dumps(record) + "\n")
 
     def __getattr__(self, name: str) -> Callable:
         return getattr(self.model, name)

@@ -8,10 +8,13 @@ uses load the cached safetensors in about a second.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import inspect
 import os
 import shutil
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,6 +50,10 @@ class HFModel:
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
         self.name, self.threads = name or path.name, threads
+        # Key-value caches of prompt prefixes shared by a whole batch (few-shot examples), newest last.
+        self._prefix_caches: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters \
+            else "past_key_values"
         self.capabilities = Capabilities(full_logits=True, top_logprobs_k=len(self.tokenizer), grammar=False,
                                          chat_template=self.tokenizer.chat_template is not None)
 
@@ -88,6 +95,129 @@ class HFModel:
         finally:
             torch.set_num_threads(previous)
         return results
+
+    def format_chat(self, messages: Sequence[dict[str, str]]) -> str:
+        """Chat ``messages`` as the text the model reads, ending where the assistant's reply begins.
+
+        Methods that append to a reply across calls (ToRA's tool loop) render the chat once and continue
+        the text.
+        """
+        if self.tokenizer.chat_template is None:
+            raise ValueError(f"model {self.name!r} has no chat template")
+        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256, stop: Sequence[str] = (),
+                       temperature: float = 0.0, seed: int | None = None, batch_size: int = 16) -> list[Completion]:
+        """One completion per prompt, decoded ``batch_size`` prompts at a time.
+
+        On a CPU, one decoding step costs about the same for 1 or 16 sequences, so a batch of 16
+        makes 6-7x more tokens a second here. The token prefix that all prompts of a batch share
+        (few-shot examples) is encoded once and its key-value cache kept for later batches that
+        start with it; only the rest of each prompt is encoded. Rows sit as
+        ``[shared prefix][padding][own tokens]``, with positions counted over real tokens, so each
+        row computes what it would alone (up to float rounding). Finished rows leave the batch.
+        Greedy when ``temperature`` is 0; sampled rows draw from one generator seeded by ``seed``.
+        """
+        check_generate_args(max_tokens, temperature, 1)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        rows = [self._ids(p)[0].tolist() for p in prompts]
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))  # similar lengths share a batch
+        results: list[Completion | None] = [None] * len(rows)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        previous = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start:start + batch_size]
+                for i, completion in zip(chunk, self._decode([rows[i] for i in chunk], max_tokens, list(stop),
+                                                             temperature, generator)):
+                    results[i] = completion
+        finally:
+            torch.set_num_threads(previous)
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _decode(self, rows: list[list[int]], max_tokens: int, stop: list[str], temperature: float,
+                generator: torch.Generator | None) -> list[Completion]:
+        start_time = time.perf_counter()
+        prefix_len, cache = self._prefix_cache(rows)
+        B, pad = len(rows), self.tokenizer.eos_token_id
+        own = [r[prefix_len:] for r in rows]
+        width = max(len(r) for r in own)
+        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in own])
+        mask = torch.tensor([[1] * prefix_len + [0] * (width - len(r)) + [1] * len(r) for r in own])
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, prefix_len:]  # padding does not advance positions
+        active = list(range(B))  # rows still generating, in the order of the batch dimension
+        new_tokens: list[list[int]] = [[] for _ in range(B)]
+        texts, finish, produced = [""] * B, ["length"] * B, [0] * B
+        for _ in range(max_tokens):
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                **{self._cache_kwarg: cache}).logits[:, -1].float()
+            if temperature > 0:
+                probs = torch.softmax(logits / temperature, -1)
+                next_ids = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            else:
+                next_ids = logits.argmax(-1)
+            keep = []
+            for j, row in enumerate(active):
+                token = int(next_ids[j])
+                produced[row] += 1
+                if token == self.tokenizer.eos_token_id:
+                    finish[row] = "stop"
+                    continue
+                new_tokens[row].append(token)
+                texts[row] = self.tokenizer.decode(new_tokens[row], skip_special_tokens=True)
+                if any(s and s in texts[row] for s in stop):
+                    finish[row] = "stop"
+                    continue
+                if len(new_tokens[row]) < max_tokens:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                index = torch.tensor(keep)
+                cache.batch_select_indices(index)
+                next_ids, mask, positions = next_ids[index], mask[index], positions[index]
+                active = [active[j] for j in keep]
+            input_ids = next_ids[:, None]
+            mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype)], 1)
+            positions = positions[:, -1:] + 1
+        duration = (time.perf_counter() - start_time) / B
+        out = []
+        for row in range(B):
+            text = texts[row]
+            cuts = [text.find(s) for s in stop if s and s in text]
+            out.append(Completion(text[: min(cuts)] if cuts else text, finish[row], len(rows[row]), produced[row],
+                                  duration))
+        return out
+
+    def _prefix_cache(self, rows: list[list[int]]) -> tuple[int, object]:
+        """The longest cached prefix every row starts with (at least one own token left per row), or a new one
+        for the rows' common prefix when the batch has several rows; ``(0, empty cache)`` otherwise."""
+        from transformers import DynamicCache
+
+        shortest = min(len(r) for r in rows)
+        best = max((key for key in self._prefix_caches
+                    if len(key) < shortest and all(tuple(r[:len(key)]) == key for r in rows)), key=len, default=None)
+        if best is None and len(rows) > 1:
+            common = 0
+            while common < shortest - 1 and all(r[common] == rows[0][common] for r in rows):
+                common += 1
+            if common >= 16:
+                best = tuple(rows[0][:common])
+                cache = DynamicCache()
+                self.model(input_ids=torch.tensor([best]), use_cache=True, **{self._cache_kwarg: cache})
+                self._prefix_caches[best] = cache
+                while len(self._prefix_caches) > 4:
+                    self._prefix_caches.popitem(last=False)
+        if best is None:
+            return 0, DynamicCache()
+        self._prefix_caches.move_to_end(best)
+        cache = copy.deepcopy(self._prefix_caches[best])
+        cache.batch_repeat_interleave(len(rows))
+        return len(best), cache
 
     def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:
         """log p(next token | token_ids) over the whole vocabulary, ``(vocab_size,)``."""

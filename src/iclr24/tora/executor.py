@@ -1,0 +1,87 @@
+"""Running the programs a model writes, and turning what they print into the text the model reads next.
+
+Every program runs through :mod:`iclr24.sandbox` (the official ToRA code ``exec``-s them in a
+process pool, which is not a sandbox). What goes back into the prompt is ToRA's: the last line
+the program printed, or on an error the last line of its traceback (``NameError: name 'x' is
+not defined``), cut to its first and last 50 characters when longer than 100.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Executor", "SandboxExecutor", "ToolOutput", "extract_program", "truncate_output"]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What one program run gives back: the ``text`` the model sees and whether the run succeeded."""
+
+    text: str
+    ok: bool
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+#: Anything that runs a program and reports back; :class:`SandboxExecutor` is the default.
+Executor = Callable[[str], ToolOutput]
+
+
+def extract_program(text: str, language: str = "python") -> str | None:
+    """The last closed ``` ```python``` block in ``text``, or None.
+
+    >>> extract_program("Let me compute.\\n```python\\nprint(2 + 3)\\n```\\n")
+    'print(2 + 3)'
+    """
+    blocks = re.findall(rf"```{language}[ \t]*\n(.*?)```", text, flags=re.DOTALL)
+    return blocks[-1].strip("\n") if blocks else None
+
+
+def truncate_output(text: str, limit: int = 100, keep: int = 50) -> str:
+    """``text`` as is when at most ``limit`` characters, else its first and last ``keep`` joined by ``...``.
+
+    >>> truncate_output("x" * 60 + "y" * 60)[48:55]
+    'xx...yy'
+    """
+    return text if len(text) <= limit else f"{text[:keep]}...{text[-keep:]}"
+
+
+class SandboxExecutor:
+    """Runs a program in :func:`iclr24.sandbox.run_python` and returns ToRA's feedback.
+
+    Args:
+        timeout_s: wall-clock limit per program (ToRA: 5 s).
+        memory_mb: address-space limit (sympy and numpy need a few hundred MB).
+        max_chars: longer feedback is cut to its first and last ``max_chars // 2`` characters.
+    """
+
+    def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 1024, max_chars: int = 100) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 2:
+            raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}")
+        self.timeout_s, self.memory_mb, self.max_chars = timeout_s, memory_mb, max_chars
+
+    def __call__(self, program: str) -> ToolOutput:
+        from iclr24.sandbox import run_python
+
+        result = run_python(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_bytes=20_000)
+        if result.timed_out:
+            text, ok = f"TimeoutError: the program ran longer than {self.timeout_s:g} s", False
+        elif result.exit_code == 0:
+            text, ok = _last_line(result.stdout), True
+        else:
+            text = _last_line(result.stderr) or f"the program exited with status {result.exit_code}"
+            ok = False
+        return ToolOutput(truncate_output(text, self.max_chars, self.max_chars // 2), ok, result.timed_out,
+                          result.duration)
+
+    def __repr__(self) -> str:
+        return f"SandboxExecutor(timeout_s={self.timeout_s:g}, memory_mb={self.memory_mb})"
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

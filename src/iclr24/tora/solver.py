@@ -1,0 +1,307 @@
+"""ToRA's tool-integrated reasoning loop (Gou et al., ICLR 2024, Sec. 2.2 and Fig. 2), and its baselines.
+
+A trajectory interleaves rationale r_i, program a_i and program output o_i:
+
+    tau = r_1 a_1 o_1 ... r_{n-1} a_{n-1} o_{n-1} r_n
+
+Each round the model continues the prompt plus the trajectory so far until it either states
+an answer (``\\boxed{}``), or closes a program, which is run and whose output is appended in
+a ```` ```output ```` block before the next round. After ``max_tool_rounds`` rounds the loop
+stops with "Reach max function call limit.". The baselines share the class and the API:
+:class:`PALSolver` (one program, its output is the answer), :class:`CoTSolver` (rationale
+only) and :class:`DirectSolver` (the answer alone).
+
+    from iclr24.llm import get_model
+    from iclr24.tora import ToRASolver
+    solver = ToRASolver(get_model(), prompt="gsm")
+    trajectory = solver.solve("A crate holds 1296 apples. How many apples are in 37 crates?")
+    trajectory.answer, trajectory.programs, trajectory.outputs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from iclr24.llm.base import format_chat, generate_batch
+from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent
+from iclr24.tora.executor import Executor, SandboxExecutor, ToolOutput, extract_program
+from iclr24.tora.prompts import WorkedExample, build_messages, build_prompt
+
+__all__ = ["CoTSolver", "DirectSolver", "PALSolver", "Round", "ToRASolver", "Trajectory", "Vote", "majority_vote",
+           "with_output"]
+
+#: ToRA's stop strings: end of sequence, the example separator, and the start of a program's output.
+STOP = ("</s>", "---", "```output")
+LIMIT_NOTE = "\nReach max function call limit."
+
+PromptSpec = str | tuple[WorkedExample, ...] | Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Round:
+    """One generation: the ``text`` the model wrote, the ``program`` it closed with (if run) and its ``output``."""
+
+    text: str
+    program: str | None = None
+    output: ToolOutput | None = None
+    finish_reason: str = "stop"
+    completion_tokens: int = 0
+
+
+@dataclass
+class Trajectory:
+    """A solved question: every round, the solution text the model saw, and the answer read from it.
+
+    ``finish`` is ``"answer"`` (an answer was stated or no program was written), ``"length"``
+    (the token limit cut a round short) or ``"max_rounds"`` (the tool-call limit was reached).
+    """
+
+    question: str
+    method: str
+    rounds: list[Round] = field(default_factory=list)
+    solution: str = ""
+    answer: str | None = None
+    finish: str = "answer"
+
+    @property
+    def programs(self) -> list[str]:
+        return [r.program for r in self.rounds if r.program is not None]
+
+    @property
+    def outputs(self) -> list[ToolOutput]:
+        return [r.output for r in self.rounds if r.output is not None]
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.rounds)
+
+    def is_correct(self, reference: str) -> bool:
+        return is_equivalent(self.answer, reference)
+
+    def to_dict(self) -> dict:
+        return {"question": self.question, "method": self.method, "answer": self.answer, "finish": self.finish,
+                "solution": self.solution, "completion_tokens": self.completion_tokens,
+                "rounds": [{"text": r.text, "program": r.program, "finish_reason": r.finish_reason,
+                            "output": None if r.output is None else r.output.text,
+                            "output_ok": None if r.output is None else r.output.ok} for r in self.rounds]}
+
+
+@dataclass(frozen=True)
+class Vote:
+    """Self-consistency: the ``answer`` most samples agree on, its share of the votes, and the samples."""
+
+    question: str
+    answer: str | None
+    agreement: float
+    trajectories: list[Trajectory]
+
+
+class ToRASolver:
+    """Tool-integrated reasoning: rationale, program, output, repeated until an answer (ToRA's inference loop).
+
+    Args:
+        llm: any :class:`iclr24.llm.LanguageModel`; batches decode together where the backend can.
+        prompt: ``"gsm"`` or ``"math"`` (the bundled worked examples), a tuple of
+            :class:`~iclr24.tora.prompts.WorkedExample`, or a function from question to prompt text.
+        max_tool_rounds: generation rounds that may end in a program (ToRA: 4).
+        max_tokens: new tokens per round (ToRA: 1024; a few hundred suffice for GSM-style problems).
+        executor: runs a program and returns a :class:`~iclr24.tora.executor.ToolOutput`; default a
+            :class:`~iclr24.tora.executor.SandboxExecutor` (5 s, no network, memory-limited).
+        chat: lay the examples out as chat turns rendered by the model's template (True), as plain text
+            (False), or chat where the backend can render it (None, the default).
+
+    Example:
+        >>> from iclr24.llm import get_model
+        >>> llm = get_model("scripted", outputs=["Multiply.\\n```python\\nprint(12 * 34)\\n```\\n",
+        ...                                      "So it is $\\\\boxed{408}$."])
+        >>> ToRASolver(llm).solve("What is 12 * 34?").answer
+        '408'
+    """
+
+    method = "tora"
+    style = "tora"
+    runs_programs = True
+    default_rounds = 4
+
+    def __init__(self, llm, *, prompt: PromptSpec = "gsm", max_tool_rounds: int | None = None,
+                 max_tokens: int = 512, executor: Executor | None = None, stop: Sequence[str] = STOP,
+                 chat: bool | None = None) -> None:
+        if not callable(getattr(llm, "generate", None)):
+            raise TypeError(f"llm must be a LanguageModel with a generate method, got {type(llm).__name__}")
+        rounds = self.default_rounds if max_tool_rounds is None else max_tool_rounds
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(f"max_tool_rounds must be an int >= 1, got {rounds!r}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        if not (callable(prompt) or isinstance(prompt, (str, tuple))):
+            raise TypeError(f"prompt must be 'gsm', 'math', a tuple of WorkedExample or a function, got {prompt!r}")
+        if isinstance(prompt, str):
+            build_prompt(self.style, prompt, "")  # rejects an unknown example set now, not mid-run
+        self.llm, self.prompt, self.max_tool_rounds, self.max_tokens = llm, prompt, rounds, max_tokens
+        self.executor = executor if executor is not None else SandboxExecutor()
+        self.stop = tuple(stop)
+        if chat and not callable(prompt) and format_chat(llm, build_messages(self.style, prompt, "?")) is None:
+            raise ValueError(f"chat=True needs a backend that renders chat templates; {getattr(llm, 'name', llm)!r} "
+                             f"cannot: pass chat=False")
+        self.chat = chat
+
+    def prompt_for(self, question: str) -> str:
+        """The text the model continues for ``question``."""
+        if callable(self.prompt):
+            return self.prompt(question)
+        if self.chat is not False:
+            rendered = format_chat(self.llm, build_messages(self.style, self.prompt, question))
+            if rendered is not None:
+                return rendered
+        return build_prompt(self.style, self.prompt, question)
+
+    def solve(self, question: str, *, temperature: float = 0.0, seed: int | None = None) -> Trajectory:
+        """One trajectory for ``question``."""
+        return self.solve_batch([question], temperature=temperature, seed=seed)[0]
+
+    def solve_batch(self, questions: Sequence[str], *, temperature: float = 0.0, seed: int | None = None,
+                    prefixes: Sequence[str] | None = None) -> list[Trajectory]:
+        """One trajectory per question; the questions still going decode together each round.
+
+        ``prefixes``: a partial solution per question to continue from (output space shaping lets a
+        teacher complete the prefix of a policy's invalid trajectory); the rounds are counted afresh.
+        """
+        questions = _check_questions(questions)
+        if prefixes is not None and len(prefixes) != len(questions):
+            raise ValueError(f"prefixes must hold one string per question ({len(questions)}), got {len(prefixes)}")
+        trajectories = [Trajectory(q, self.method, solution=prefixes[i] if prefixes else "")
+                        for i, q in enumerate(questions)]
+        prompts = [self.prompt_for(q) for q in questions]
+        active = list(range(len(questions)))
+        for round_index in range(self.max_tool_rounds):
+            if not active:
+                break
+            completions = generate_batch(
+                self.llm, [prompts[i] + trajectories[i].solution for i in active], max_tokens=self.max_tokens,
+                stop=self.stop, temperature=temperature, seed=None if seed is None else seed + 1000 * round_index)
+            still_active = []
+            for i, completion in zip(active, completions):
+                t, text = trajectories[i], completion.text
+                program = self._program_to_run(text, completion.finish_reason)
+                if program is None:
+                    t.rounds.append(Round(text, None, None, completion.finish_reason, completion.completion_tokens))
+                    t.solution += text
+                    t.finish = "length" if completion.finish_reason == "length" else "answer"
+                    continue
+                output = self.executor(program)  # the last program in this round's text
+                t.rounds.append(Round(text, program, output, completion.finish_reason, completion.completion_tokens))
+                t.solution += with_output(text, output)
+                still_active.append(i)
+            active = still_active
+        for i in active:  # rounds exhausted while still calling tools
+            trajectories[i].finish = "max_rounds"
+            trajectories[i].solution += self._limit_note()
+        for t in trajectories:
+            last_output = t.outputs[-1] if t.outputs else None  # an error message is no answer
+            t.answer = extract_answer(t.solution, program_output=last_output.text if last_output and last_output.ok
+                                      else None)
+        return trajectories
+
+    def solve_many(self, questions: Sequence[str], *, n_samples: int = 1, temperature: float | None = None,
+                   seed: int = 0) -> list[Vote]:
+        """Self-consistency: ``n_samples`` trajectories per question and their majority answer.
+
+        ``temperature`` defaults to 0 for one sample and 0.6 for several (greedy samples would all agree).
+        """
+        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+            raise ValueError(f"n_samples must be a positive int, got {n_samples!r}")
+        temperature = (0.0 if n_samples == 1 else 0.6) if temperature is None else temperature
+        if n_samples > 1 and temperature == 0:
+            raise ValueError("n_samples > 1 needs temperature > 0: greedy samples are identical")
+        questions = _check_questions(questions)
+        flat = self.solve_batch([q for q in questions for _ in range(n_samples)], temperature=temperature, seed=seed)
+        votes = []
+        for k, question in enumerate(questions):
+            samples = flat[k * n_samples:(k + 1) * n_samples]
+            answer, count = majority_vote([t.answer for t in samples])
+            votes.append(Vote(question, answer, count / n_samples, samples))
+        return votes
+
+    def _program_to_run(self, text: str, finish_reason: str) -> str | None:
+        """The program to run after this round, or None when the round ends the trajectory: it states a boxed
+        answer, was cut by the token limit, or does not end with a closed program (ToRA's rule)."""
+        if not self.runs_programs or finish_reason == "length" or find_boxed(text) is not None:
+            return None
+        if not text.rstrip().endswith("```"):
+            return None
+        return extract_program(text)
+
+    def _limit_note(self) -> str:
+        return LIMIT_NOTE
+
+    def __repr__(self) -> str:
+        prompt = self.prompt if isinstance(self.prompt, str) else "custom"
+        return (f"{type(self).__name__}(llm={getattr(self.llm, 'name', '?')!r}, prompt={prompt!r}, "
+                f"max_tool_rounds={self.max_tool_rounds}, max_tokens={self.max_tokens})")
+
+
+class PALSolver(ToRASolver):
+    """Program-aided language model (Gao et al., 2023): one program, whose printed output is the answer."""
+
+    method = style = "pal"
+    default_rounds = 1
+
+    def _limit_note(self) -> str:
+        return ""
+
+
+class CoTSolver(ToRASolver):
+    """Chain of thought: a rationale in words ending in ``\\boxed{}``; no program is ever run."""
+
+    method = style = "cot"
+    runs_programs = False
+    default_rounds = 1
+
+
+class DirectSolver(CoTSolver):
+    """The answer alone, with no reasoning: stops at the end of the line."""
+
+    method = style = "direct"
+
+    def __init__(self, llm, *, prompt: PromptSpec = "gsm", max_tokens: int = 24, **kwargs) -> None:
+        kwargs.setdefault("stop", (*STOP, "\n"))
+        super().__init__(llm, prompt=prompt, max_tokens=max_tokens, **kwargs)
+
+
+def with_output(text: str, output: ToolOutput) -> str:
+    """A round's text followed by its program's output block, as the next round reads it."""
+    return text.rstrip() + "\n" + f"```output\n{output.text}\n```\n"
+
+
+def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
+    """The answer most entries agree with (grouped by :func:`is_equivalent`; ties go to the first seen) and its
+    count; ``(None, 0)`` when none states an answer.
+
+    >>> majority_vote(["1/2", "0.5", "3", None])
+    ('1/2', 2)
+    """
+    groups: list[list[str]] = []
+    for answer in answers:
+        if answer is None:
+            continue
+        for group in groups:
+            if is_equivalent(answer, group[0], symbolic=False):
+                group.append(answer)
+                break
+        else:
+            groups.append([answer])
+    if not groups:
+        return None, 0
+    best = max(groups, key=len)  # max keeps the first of equal lengths
+    return best[0], len(best)
+
+
+def _check_questions(questions: Sequence[str]) -> list[str]:
+    if isinstance(questions, str):
+        raise TypeError("questions must be a sequence of strings, got a single string; use solve() for one")
+    questions = list(questions)
+    for i, q in enumerate(questions):
+        if not isinstance(q, str) or not q.strip():
+            raise ValueError(f"questions[{i}] must be a non-empty string, got {q!r}")
+    return questions
