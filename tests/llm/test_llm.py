@@ -165,6 +165,38 @@ def test_embedded_stop_strings_and_seeded_sampling(embedded):
     assert a == b and a[0] != a[1]
 
 
+def test_embedded_batch_matches_one_prompt_at_a_time(embedded):
+    shots = "".join(f"Q: {a} plus {a}?\nA: {2 * a}\n\n" for a in (3, 10, 25, 40))  # a shared prefix
+    prompts = [shots + f"Q: {a} plus {a}?\nA:" for a in (7, 150, 12)]
+    single = [embedded.generate(p, max_tokens=10, stop=["\n"])[0] for p in prompts]
+    batch = embedded.generate_batch(prompts, max_tokens=10, stop=["\n"])
+    assert [c.text for c in batch] == [c.text for c in single]
+    assert [c.finish_reason for c in batch] == [c.finish_reason for c in single] == ["stop"] * 3
+    assert [c.completion_tokens for c in batch] == [c.completion_tokens for c in single]
+    assert any(len(key) >= 16 for key in embedded._prefix_caches)  # the shared examples were encoded once
+    again = embedded.generate_batch(prompts[:1], max_tokens=10, stop=["\n"])  # one prompt reuses that cache
+    assert again[0].text == single[0].text
+    sampled = [embedded.generate_batch(prompts, max_tokens=6, temperature=1.0, seed=3) for _ in range(2)]
+    assert [c.text for c in sampled[0]] == [c.text for c in sampled[1]]
+    with pytest.raises(ValueError, match="batch_size"):
+        embedded.generate_batch(prompts, batch_size=0)
+
+
+def test_generate_batch_falls_back_to_one_call_per_prompt(tmp_path):
+    from iclr24.llm import LoggedModel, format_chat, generate_batch
+
+    llm = LoggedModel(get_model("scripted", outputs=["a", "b"]), tmp_path / "calls.jsonl")
+    assert [c.text for c in generate_batch(llm, ["1", "2"], seed=4)] == ["a", "b"]
+    assert [c["seed"] for c in llm.model.calls] == [4, 5]
+    assert len((tmp_path / "calls.jsonl").read_text().splitlines()) == 2
+    assert format_chat(llm, [{"role": "user", "content": "hi"}]) is None
+
+
+def test_embedded_format_chat_ends_at_the_assistant_turn(embedded):
+    text = embedded.format_chat([{"role": "user", "content": "hi"}])
+    assert "hi" in text and text.rstrip().endswith("assistant")
+
+
 def test_hf_backend_refuses_a_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="needs a local checkpoint folder"):
         get_model("hf", path=tmp_path)

@@ -10,4 +10,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "holonets",
     "proof_features",
     "sae",
+    "tora",
 )

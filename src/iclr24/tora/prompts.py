@@ -162,8 +162,9 @@ def build_prompt(style: str, examples: str | tuple[WorkedExample, ...], question
 def build_messages(style: str, examples: str | tuple[WorkedExample, ...], question: str) -> list[dict[str, str]]:
     """The chat prompt for ``question``: the instructions as the system message, each example as a user turn
     and an assistant turn, then the question."""
+    shots = _resolve(style, examples)
     messages = [{"role": "system", "content": _INSTRUCTIONS[style]}]
-    for ex in _resolve(style, examples):
+    for ex in shots:
         messages += [{"role": "user", "content": ex.question},
                      {"role": "assistant", "content": ex.solution(style).strip()}]
     return messages + [{"role": "user", "content": question.strip()}]

@@ -123,6 +123,8 @@ class ToRASolver:
     style = "tora"
     runs_programs = True
     default_rounds = 4
+    limit_note = LIMIT_NOTE
+    exhausted_finish = "max_rounds"
 
     def __init__(self, llm, *, prompt: PromptSpec = "gsm", max_tool_rounds: int | None = None,
                  max_tokens: int = 512, executor: Executor | None = None, stop: Sequence[str] = STOP,
@@ -195,8 +197,8 @@ class ToRASolver:
                 still_active.append(i)
             active = still_active
         for i in active:  # rounds exhausted while still calling tools
-            trajectories[i].finish = "max_rounds"
-            trajectories[i].solution += self._limit_note()
+            trajectories[i].finish = self.exhausted_finish
+            trajectories[i].solution += self.limit_note
         for t in trajectories:
             last_output = t.outputs[-1] if t.outputs else None  # an error message is no answer
             t.answer = extract_answer(t.solution, program_output=last_output.text if last_output and last_output.ok
@@ -232,9 +234,6 @@ class ToRASolver:
             return None
         return extract_program(text)
 
-    def _limit_note(self) -> str:
-        return LIMIT_NOTE
-
     def __repr__(self) -> str:
         prompt = self.prompt if isinstance(self.prompt, str) else "custom"
         return (f"{type(self).__name__}(llm={getattr(self.llm, 'name', '?')!r}, prompt={prompt!r}, "
@@ -246,9 +245,8 @@ class PALSolver(ToRASolver):
 
     method = style = "pal"
     default_rounds = 1
-
-    def _limit_note(self) -> str:
-        return ""
+    limit_note = ""  # the program's output is the answer: running it is how PAL ends
+    exhausted_finish = "answer"
 
 
 class CoTSolver(ToRASolver):

@@ -1,0 +1,85 @@
+"""Answer extraction, normalisation and grading on hand-written cases."""
+
+import pytest
+
+from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent, normalize_answer, to_number
+
+
+@pytest.mark.parametrize("text, expected", [
+    (r"so $\boxed{42}$.", "42"),
+    (r"first \boxed{1} then \boxed{\frac{1}{2}}", r"\frac{1}{2}"),  # the last one
+    (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),  # nested braces
+    (r"\fbox{7}", "7"),
+    (r"\boxed 5$ done", "5"),
+    (r"\boxed{3", None),  # cut off mid-answer
+    ("no box here", None),
+])
+def test_find_boxed(text, expected):
+    assert find_boxed(text) == expected
+
+
+def test_extract_answer_order_boxed_then_sentence_then_program_then_last_number():
+    assert extract_answer(r"The answer is 5. Actually $\boxed{6}$", program_output="7") == "6"
+    assert extract_answer("So the answer is $12$.\n", program_output="7") == "12"
+    assert extract_answer("I ran the code for 3 items.", program_output="  99\n") == "99"
+    assert extract_answer("3 apples and 4 pears, 7 in all") == "7"
+    assert extract_answer("nothing numeric") is None
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (r"\dfrac{3}{4}", r"\frac{3}{4}"),
+    (r"\frac12", r"\frac{1}{2}"),
+    (r"\sqrt2", r"\sqrt{2}"),
+    ("x = 5", "5"),
+    ("1,234,567", "1234567"),
+    (r"10\text{ cm}", "10"),
+    (r"90^\circ", "90"),
+    (r"\$18.50", "18.5"),
+    ("3/4", r"\frac{3}{4}"),
+    ("0.500", "0.5"),
+    (".5", "0.5"),
+    (r"\left( 1, 2 \right)", "(1,2)"),
+    ("{7}", "7"),
+])
+def test_normalize_answer(raw, expected):
+    assert normalize_answer(raw) == expected
+
+
+@pytest.mark.parametrize("pred, ref", [
+    ("0.75", r"\frac{3}{4}"),
+    ("1,234", "1234.0"),
+    ("50%", "0.5"),
+    (r"50\%", "50"),
+    (r"2\sqrt{2}", r"\sqrt{8}"),
+    ("x^2+2x+1", "(x+1)^2"),
+    (r"\pi/2", r"\frac{\pi}{2}"),
+    ("(1, 2)", "(1,2.0)"),
+    ("-.5", "-1/2"),
+])
+def test_equivalent(pred, ref):
+    assert is_equivalent(pred, ref)
+
+
+@pytest.mark.parametrize("pred, ref", [
+    ("3", "4"),
+    ("0.333", "1/3"),  # outside the 1e-4 relative tolerance
+    ("(1, 2)", "[1, 2]"),  # open and closed intervals differ
+    ("(1, 2)", "(1, 2, 3)"),
+    (None, "1"),
+    ("x+1", "x+2"),
+    ("NameError: name 'x' is not defined", "5"),
+])
+def test_not_equivalent(pred, ref):
+    assert not is_equivalent(pred, ref)
+
+
+def test_symbolic_off_skips_sympy():
+    assert not is_equivalent("x^2+2x+1", "(x+1)^2", symbolic=False)
+
+
+def test_to_number():
+    assert to_number("1,234") == 1234
+    assert to_number(r"\frac{3}{4}") == 0.75
+    assert to_number("25%") == 0.25
+    assert to_number("x+1") is None
+    assert to_number("inf") is None

@@ -1,0 +1,191 @@
+"""ToRA's loop and the baselines, driven by a scripted model: stops, rounds, error feedback, truncation."""
+
+import pytest
+
+from iclr24.llm import get_model
+from iclr24.tora import (
+    CoTSolver,
+    DirectSolver,
+    PALSolver,
+    SandboxExecutor,
+    ToolOutput,
+    ToRASolver,
+    extract_program,
+    majority_vote,
+    truncate_output,
+)
+from iclr24.tora.solver import LIMIT_NOTE
+
+
+def scripted(*outputs):
+    return get_model("scripted", outputs=list(outputs))
+
+
+def program(code):
+    return f"Compute.\n```python\n{code}\n```\n"
+
+
+def test_program_runs_in_the_sandbox_and_its_output_is_fed_back():
+    # the scripted model "hallucinates" an output block; the stop string cuts it and the real output is used
+    llm = scripted(program("print(12 * 34)") + "```output\n999\n```", r"So it is $\boxed{408}$.")
+    t = ToRASolver(llm).solve("What is 12 * 34?")
+    assert t.answer == "408" and t.finish == "answer"
+    assert t.programs == ["print(12 * 34)"] and t.outputs[0].text == "408" and t.outputs[0].ok
+    assert "```output\n408\n```" in t.solution and "999" not in t.solution
+    assert llm.calls[1]["prompt"].endswith("```output\n408\n```\n")
+    assert llm.calls[0]["stop"] == ["</s>", "---", "```output"]
+
+
+def test_error_feedback_is_the_last_traceback_line():
+    llm = scripted(program("print(x)"), program("x = 3\nprint(x * 2)"), r"$\boxed{6}$")
+    t = ToRASolver(llm).solve("Double three.")
+    assert [o.ok for o in t.outputs] == [False, True]
+    assert t.outputs[0].text == "NameError: name 'x' is not defined"
+    assert "NameError: name 'x' is not defined" in llm.calls[1]["prompt"]
+    assert t.answer == "6"
+
+
+def test_rounds_exhausted_appends_the_limit_note_and_answers_from_the_last_output():
+    llm = scripted(*[program(f"print({i})") for i in range(3)])
+    t = ToRASolver(llm, max_tool_rounds=2).solve("Loop forever?")
+    assert len(llm.calls) == 2 and len(t.programs) == 2
+    assert t.finish == "max_rounds" and t.solution.endswith(LIMIT_NOTE)
+    assert t.answer == "1"  # no stated answer: the last program's output
+
+
+def test_a_boxed_answer_ends_the_trajectory_without_running_its_program():
+    calls = []
+    llm = scripted(r"It is $\boxed{5}$." + "\n```python\nprint(1)\n```\n")
+    t = ToRASolver(llm, executor=lambda code: calls.append(code) or ToolOutput("1", True)).solve("?")
+    assert t.answer == "5" and not calls and t.finish == "answer"
+
+
+def test_token_limit_ends_the_trajectory():
+    llm = scripted("x" * 50 + "\n```python\nprint(1)\n```\n")
+    t = ToRASolver(llm, max_tokens=20).solve("?")
+    assert t.finish == "length" and not t.programs
+
+
+def test_output_truncation():
+    assert truncate_output("a" * 100) == "a" * 100
+    long = "".join(str(i % 10) for i in range(300))
+    cut = truncate_output(long)
+    assert cut == long[:50] + "..." + long[-50:] and len(cut) == 103
+    llm = scripted(program("print('z' * 300)"), r"$\boxed{0}$")
+    assert ToRASolver(llm).solve("?").outputs[0].text == "z" * 50 + "..." + "z" * 50
+
+
+def test_executor_timeout_and_exit_status():
+    out = SandboxExecutor(timeout_s=1).__call__("while True:\n    pass")
+    assert out.timed_out and not out.ok and out.text.startswith("TimeoutError")
+    out = SandboxExecutor().__call__("import sys\nsys.exit(3)")
+    assert not out.ok and "status 3" in out.text
+    assert SandboxExecutor()("print('a')\nprint('b')\n") == ToolOutput("b", True, False, pytest.approx(0, abs=10))
+
+
+def test_executor_rejects_bad_settings():
+    with pytest.raises(ValueError, match="timeout_s must be > 0"):
+        SandboxExecutor(timeout_s=0)
+    with pytest.raises(ValueError, match="max_chars"):
+        SandboxExecutor(max_chars=1)
+
+
+def test_extract_program_takes_the_last_closed_block():
+    text = "```python\na = 1\n```\nthen\n```python\nb = 2\nprint(b)\n```\n```python\nunclosed"
+    assert extract_program(text) == "b = 2\nprint(b)"
+    assert extract_program("no code") is None
+
+
+def test_pal_answers_with_its_programs_output_and_cot_never_runs_code():
+    pal = PALSolver(scripted("```python\nprint(6 * 7)\n```\n")).solve("?")
+    assert pal.answer == "42" and pal.finish == "answer" and LIMIT_NOTE not in pal.solution
+
+    def refuse(code):
+        raise AssertionError("chain of thought must not run programs")
+
+    cot = CoTSolver(scripted("```python\nprint(1)\n```\nThe answer is 3."), executor=refuse).solve("?")
+    assert cot.answer == "3" and not cot.programs
+
+
+def test_direct_stops_at_the_end_of_the_line():
+    llm = scripted("17\nQuestion: next")
+    t = DirectSolver(llm).solve("?")
+    assert t.answer == "17" and "\n" in llm.calls[0]["stop"] and llm.calls[0]["max_tokens"] == 24
+
+
+def test_batch_and_prefixes():
+    llm = get_model("scripted", outputs=lambda prompt, i: r"$\boxed{%d}$" % len(prompt))
+    solver = ToRASolver(llm, chat=False)
+    a, b = solver.solve_batch(["one", "three"], prefixes=["", "Known: "])
+    assert b.solution.startswith("Known: ") and a.answer != b.answer
+    with pytest.raises(ValueError, match="one string per question"):
+        solver.solve_batch(["one"], prefixes=["a", "b"])
+
+
+def test_solve_many_votes_over_samples():
+    answers = iter(["4", "5", "4", "7", "7", "7"])
+    llm = get_model("scripted", outputs=lambda prompt, i: r"$\boxed{%s}$" % next(answers))
+    v1, v2 = ToRASolver(llm).solve_many(["a", "b"], n_samples=3)
+    assert (v1.answer, v1.agreement) == ("4", pytest.approx(2 / 3))
+    assert (v2.answer, v2.agreement) == ("7", 1.0)
+    assert llm.calls[0]["temperature"] == 0.6
+    with pytest.raises(ValueError, match="temperature > 0"):
+        ToRASolver(llm).solve_many(["a"], n_samples=2, temperature=0)
+
+
+def test_majority_vote_groups_equivalent_answers():
+    assert majority_vote(["1/2", "3", "0.5", None]) == ("1/2", 2)
+    assert majority_vote([None, None]) == (None, 0)
+    assert majority_vote(["2", "3"]) == ("2", 1)  # ties go to the first seen
+
+
+def test_chat_layout_uses_the_backends_template():
+    class ChatModel:
+        name = "chat"
+
+        def __init__(self):
+            self.inner = scripted(r"$\boxed{1}$")
+
+        def generate(self, prompt, **kwargs):
+            return self.inner.generate(prompt, **kwargs)
+
+        def format_chat(self, messages):
+            return "|".join(f"{m['role']}:{m['content'][:10]}" for m in messages) + "|assistant:"
+
+    llm = ChatModel()
+    ToRASolver(llm).solve("What is one?")
+    prompt = llm.inner.calls[0]["prompt"]
+    assert prompt.startswith("system:") and prompt.endswith("user:What is on|assistant:")
+    assert "Question:" in ToRASolver(llm, chat=False).prompt_for("q")
+    with pytest.raises(ValueError, match="chat=True needs a backend"):
+        ToRASolver(scripted(), chat=True)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"max_tool_rounds": 0}, ValueError, "max_tool_rounds must be"),
+    ({"max_tokens": 0}, ValueError, "max_tokens must be"),
+    ({"prompt": "physics"}, ValueError, "examples must be one of"),
+    ({"prompt": 3}, TypeError, "prompt must be"),
+])
+def test_solver_rejects_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ToRASolver(scripted(), **kwargs)
+
+
+def test_bad_questions_and_llm():
+    solver = ToRASolver(scripted())
+    with pytest.raises(TypeError, match="single string"):
+        solver.solve_batch("one question")
+    with pytest.raises(ValueError, match=r"questions\[0\] must be a non-empty string"):
+        solver.solve_batch([""])
+    with pytest.raises(TypeError, match="llm must be a LanguageModel"):
+        ToRASolver(object())
+
+
+def test_trajectory_to_dict_round_trips_to_json():
+    import json
+
+    llm = scripted(program("print(2)"), r"$\boxed{2}$")
+    record = ToRASolver(llm).solve("?").to_dict()
+    assert json.loads(json.dumps(record))["rounds"][0]["output"] == "2"
+    assert record["completion_tokens"] > 0
