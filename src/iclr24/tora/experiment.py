@@ -14,6 +14,7 @@ import json
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import matplotlib
@@ -67,6 +68,11 @@ class Config:
         if self.max_tokens < 8 or self.max_tool_rounds < 1 or self.shaping_samples < 1:
             raise ValueError(f"max_tokens must be >= 8, max_tool_rounds and shaping_samples >= 1; got "
                              f"{self.max_tokens}, {self.max_tool_rounds}, {self.shaping_samples}")
+        for name in ("gsm8k_path", "math_path"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name} must be a local JSONL file, got {path!r} (no such file; nothing is "
+                                 f"downloaded)")
 
 
 PRESETS = {
