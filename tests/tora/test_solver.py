@@ -131,6 +131,14 @@ def test_solve_many_votes_over_samples():
     assert llm.calls[0]["temperature"] == 0.6
     with pytest.raises(ValueError, match="temperature > 0"):
         ToRASolver(llm).solve_many(["a"], n_samples=2, temperature=0)
+    with pytest.raises(ValueError, match="vote must be"):
+        ToRASolver(llm).solve_many(["a"], vote="unanimous")
+
+
+def test_solve_many_takes_a_custom_vote():
+    llm = get_model("scripted", outputs=lambda prompt, i: r"$\boxed{%d}$" % i)
+    vote, = ToRASolver(llm).solve_many(["a"], n_samples=3, vote=lambda answers: (max(answers), 1))
+    assert vote.answer == "2" and vote.agreement == pytest.approx(1 / 3)
 
 
 def test_majority_vote_groups_equivalent_answers():
@@ -189,3 +197,15 @@ def test_trajectory_to_dict_round_trips_to_json():
     record = ToRASolver(llm).solve("?").to_dict()
     assert json.loads(json.dumps(record))["rounds"][0]["output"] == "2"
     assert record["completion_tokens"] > 0
+
+
+@pytest.mark.parametrize("examples", ["gsm", "math"])
+def test_every_worked_example_is_consistent(examples):
+    """Each example's program prints the output it shows, and each written answer grades as its answer."""
+    from iclr24.tora import EXAMPLES, extract_answer, is_equivalent
+
+    for ex in EXAMPLES[examples]:
+        assert SandboxExecutor()(ex.program).text == ex.output
+        assert is_equivalent(ex.output, ex.answer) or examples == "math"  # "[12]" is sympy's list
+        for style in ("cot", "tora"):
+            assert extract_answer(ex.solution(style)) == ex.answer

@@ -206,11 +206,18 @@ class ToRASolver:
         return trajectories
 
     def solve_many(self, questions: Sequence[str], *, n_samples: int = 1, temperature: float | None = None,
-                   seed: int = 0) -> list[Vote]:
-        """Self-consistency: ``n_samples`` trajectories per question and their majority answer.
+                   seed: int = 0, vote: str | Callable[[list[str | None]], tuple[str | None, int]] = "majority",
+                   ) -> list[Vote]:
+        """Self-consistency: ``n_samples`` trajectories per question and the answer they vote for.
 
         ``temperature`` defaults to 0 for one sample and 0.6 for several (greedy samples would all agree).
+        ``vote``: ``"majority"`` (:func:`majority_vote`) or a function from the samples' answers to
+        ``(answer, votes)``.
         """
+        if vote == "majority":
+            vote = majority_vote
+        elif not callable(vote):
+            raise ValueError(f"vote must be 'majority' or a function of the answers, got {vote!r}")
         if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
             raise ValueError(f"n_samples must be a positive int, got {n_samples!r}")
         temperature = (0.0 if n_samples == 1 else 0.6) if temperature is None else temperature
@@ -221,7 +228,7 @@ class ToRASolver:
         votes = []
         for k, question in enumerate(questions):
             samples = flat[k * n_samples:(k + 1) * n_samples]
-            answer, count = majority_vote([t.answer for t in samples])
+            answer, count = vote([t.answer for t in samples])
             votes.append(Vote(question, answer, count / n_samples, samples))
         return votes
 
