@@ -67,7 +67,8 @@ class _Stub(BaseHTTPRequestHandler):
                        for i in range(n)]
         else:
             top = {" Paris": -0.1, " Lyon": -2.5} if body.get("logprobs") else None
-            choices = [{"index": i, "text": f"text {i}", "finish_reason": "length",
+            echo = body["prompt"] if str(body.get("prompt", "")).startswith("echo") else None
+            choices = [{"index": i, "text": echo or f"text {i}", "finish_reason": "length",
                         "logprobs": {"tokens": [" Paris"], "token_logprobs": [-0.1], "top_logprobs": [top],
                                      "text_offset": [0]} if top else None} for i in range(n)]
         self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -106,6 +107,18 @@ def test_openai_backend_chat_and_text(stub):
     assert not model.capabilities.full_logits
     with pytest.raises(NotImplementedError, match="top 20 logprobs"):
         model.next_token_logprobs([1, 2])
+
+
+def test_openai_backend_batch_keeps_order_and_seeds(stub):
+    from iclr24.llm import generate_batch
+
+    model = get_model("openai", model="local", base_url=stub, max_retries=0, max_concurrency=3)
+    prompts = [f"echo {i}" for i in range(7)]
+    assert [c.text for c in generate_batch(model, prompts, max_tokens=4, seed=10)] == prompts
+    seeds = sorted(body["seed"] for _, body in _Stub.requests)
+    assert seeds == list(range(10, 17))
+    with pytest.raises(ValueError, match="max_concurrency"):
+        get_model("openai", model="local", base_url=stub, max_concurrency=0)
 
 
 def test_openai_backend_top_logprobs(stub):

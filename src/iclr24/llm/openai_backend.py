@@ -23,11 +23,16 @@ class OpenAIModel:
         base_url: the server (default ``$OPENAI_BASE_URL``, else OpenAI's).
         api_key: default ``$OPENAI_API_KEY`` (``"EMPTY"`` for local servers that ignore it).
         timeout: seconds per request; max_retries: retries on 429/5xx/connection errors.
+        max_concurrency: requests in flight at once in ``generate_batch`` (servers such as vLLM batch them).
     """
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, max_retries: int = 3) -> None:
+                 timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8) -> None:
         import openai
+
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+        self.max_concurrency = max_concurrency
 
         self._openai = openai
         self.name = model or os.environ.get("ICLR24_OPENAI_MODEL") or ""
@@ -63,6 +68,22 @@ class OpenAIModel:
         per_choice = (usage.completion_tokens // max(1, n)) if usage else 0
         return [Completion(text, choice.finish_reason or "stop", prompt_tokens, per_choice, duration)
                 for text, choice in zip(texts, response.choices)]
+
+    def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256, stop: Sequence[str] = (),
+                       temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
+        """One completion per prompt, in order, with up to ``max_concurrency`` requests in flight; prompt ``i``
+        gets ``seed + i``."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        check_generate_args(max_tokens, temperature, 1)
+
+        def one(item: tuple[int, Prompt]) -> Completion:
+            i, prompt = item
+            return self.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature,
+                                 seed=None if seed is None else seed + i)[0]
+
+        with ThreadPoolExecutor(min(self.max_concurrency, max(1, len(prompts)))) as pool:
+            return list(pool.map(one, enumerate(prompts)))
 
     def next_token_top_logprobs(self, prompt: str, k: int = 20) -> dict[str, float]:
         """The server's ``k`` most likely next tokens after ``prompt`` (text) and their log-probabilities.

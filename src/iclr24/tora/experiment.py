@@ -11,6 +11,7 @@ prefixes, and the JSONL corpus. Local GSM8K / MATH files and the CHAMP package a
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from iclr24.tora.shaping import shape_outputs  # noqa: E402
 from iclr24.tora.solver import CoTSolver, DirectSolver, PALSolver, ToRASolver  # noqa: E402
 
 PAPER = "ToRA: A Tool-Integrated Reasoning Agent for Mathematical Problem Solving (Gou et al., ICLR 2024)"
+CHUNK = 16  # problems solved together: one batch of the transformers backend, one step of the progress bar
 METHODS = {"direct": DirectSolver, "cot": CoTSolver, "pal": PALSolver, "tora": ToRASolver}
 LABELS = {"direct": "direct answer", "cot": "chain of thought", "pal": "PAL (one program)", "tora": "ToRA"}
 # README of microsoft/ToRA: accuracy (%) on GSM8k / MATH, greedy, pass@1.
@@ -106,7 +108,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     sets = {name: value for name, value in sets.items() if value[0]}
 
     accuracy, tokens, records, timings, tool_stats = {}, {}, [], {}, {}
-    with ctx.progress("solving", total=len(sets) * len(METHODS)) as bar:
+    chunks = sum(math.ceil(len(problems) / CHUNK) for problems, _ in sets.values()) * len(METHODS)
+    with ctx.progress("solving", total=chunks) as bar:
         for set_name, (problems, prompt) in sets.items():
             for method, solver_class in METHODS.items():
                 kwargs = {} if method == "direct" else {"max_tokens": cfg.max_tokens}
@@ -114,7 +117,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                     kwargs["max_tool_rounds"] = cfg.max_tool_rounds
                 solver = solver_class(llm, prompt=prompt, **kwargs)
                 start = time.perf_counter()
-                trajectories = solver.solve_batch([p.question for p in problems])
+                trajectories = []
+                for i in range(0, len(problems), CHUNK):
+                    trajectories += solver.solve_batch([p.question for p in problems[i:i + CHUNK]])
+                    bar.advance()
                 timings[f"{set_name}_{method}_seconds"] = time.perf_counter() - start
                 correct = [t.is_correct(p.answer) for t, p in zip(trajectories, problems)]
                 accuracy[set_name, method] = sum(correct) / len(problems)
@@ -129,7 +135,6 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                             for t, p, ok in zip(trajectories, problems, correct)]
                 ctx.log(f"{set_name} {method}: accuracy {accuracy[set_name, method]:.3f} "
                         f"({sum(correct)}/{len(problems)}), {tokens[set_name, method]:.0f} tokens per problem")
-                bar.advance()
     write_text_atomic(ctx.path("trajectories.jsonl"), "".join(json.dumps(r) + "\n" for r in records))
 
     shaping = None
