@@ -79,15 +79,18 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
     threads: int = typer.Option(1, "--threads", min=1,
                                 help="torch threads; 1 gives the steadiest timings on a shared machine."),
-    llm: Optional[str] = typer.Option(None, "--llm", help="Language-model backend for methods that use one "
-                                      "(embedded, hf, llamacpp, openai); sets $ICLR24_LLM."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="Language-model backend for methods that use one: "
+                                      "embedded, hf:/checkpoint/folder, llamacpp[:/file.gguf], openai:MODEL "
+                                      "(server from $OPENAI_BASE_URL); sets $ICLR24_LLM."),
 ) -> None:
     """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
     if llm is not None:
         from iclr24.llm.base import BACKENDS
 
-        if llm not in BACKENDS or llm == "scripted":
-            raise _user_error(f"unknown --llm {llm!r}; expected one of embedded, hf, llamacpp, openai")
+        backend = llm.partition(":")[0]
+        if backend not in BACKENDS or backend == "scripted":
+            raise _user_error(f"unknown --llm {llm!r}; expected embedded, hf:FOLDER, llamacpp[:GGUF] or "
+                              f"openai:MODEL")
         os.environ["ICLR24_LLM"] = llm
     experiments = _resolve(name)
     overrides = overrides or []

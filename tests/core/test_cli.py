@@ -29,7 +29,8 @@ def test_list_shows_registered_methods(toys, tmp_path):
         (("show", "toy"), "error: no run of 'toy'"),
         (("report", "--runs", "missing-folder"), "error: no runs folder"),
         (("run", "toy", "--llm", "gpt5"),
-         "error: unknown --llm 'gpt5'; expected one of embedded, hf, llamacpp, openai"),
+         "error: unknown --llm 'gpt5'; expected embedded, hf:FOLDER, llamacpp[:GGUF] or openai:MODEL"),
+        (("run", "toy", "--llm", "scripted:abc"), "error: unknown --llm 'scripted:abc'"),
     ],
 )
 def test_user_errors_print_one_line_and_exit_2(toys, tmp_path, monkeypatch, args, message):

@@ -210,6 +210,18 @@ def test_embedded_format_chat_ends_at_the_assistant_turn(embedded):
     assert "hi" in text and text.rstrip().endswith("assistant")
 
 
+def test_a_backend_spec_carries_its_main_argument(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="absent"):
+        get_model(f"hf:{tmp_path / 'absent'}")
+    monkeypatch.setenv("ICLR24_LLM", f"hf:{tmp_path / 'absent'}")
+    with pytest.raises(FileNotFoundError, match="absent"):
+        get_model()
+    with pytest.raises(ValueError, match="--llm hf:/path/to/folder"):
+        get_model("hf")
+    with pytest.raises(ValueError, match="unknown language-model backend 'gpt'"):
+        get_model("gpt:4")
+
+
 def test_hf_backend_refuses_a_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="needs a local checkpoint folder"):
         get_model("hf", path=tmp_path)

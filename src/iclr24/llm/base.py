@@ -119,16 +119,22 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
 def get_model(name: str | None = None, **options) -> LanguageModel:
     """The backend ``name`` (default: ``$ICLR24_LLM``, else ``"embedded"``) built with ``options``.
 
+    ``name`` may carry the backend's main argument after a colon: ``"hf:/models/tora-code-7b"``
+    (a checkpoint folder), ``"openai:gpt-4o-mini"`` (a served model), ``"llamacpp:/models/x.gguf"``,
+    ``"embedded:smollm2-135m-instruct"``. That is how ``--llm`` and ``$ICLR24_LLM`` name a model.
+
     >>> get_model("scripted", outputs=["4"]).generate("2 + 2 =")[0].text
     '4'
     """
-    name = name or os.environ.get("ICLR24_LLM") or "embedded"
+    spec = name or os.environ.get("ICLR24_LLM") or "embedded"
+    name, _, argument = spec.partition(":")
     if name not in BACKENDS:
         raise ValueError(f"unknown language-model backend {name!r}; expected one of {sorted(BACKENDS)}")
     module, cls, extra = BACKENDS[name]
+    args = (argument,) if argument else ()
     # Backends import their runtime (transformers, openai, llama_cpp) when loaded or built.
     try:
-        return getattr(importlib.import_module(module), cls)(**options)
+        return getattr(importlib.import_module(module), cls)(*args, **options)
     except ModuleNotFoundError as err:
         hint = f"pip install 'iclr24[{extra}]'" if extra else "check the installation"
         raise ImportError(f"the {name!r} language-model backend needs {err.name or 'a missing package'}: {hint}") \

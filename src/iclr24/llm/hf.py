@@ -39,9 +39,13 @@ class HFModel:
         threads: torch threads while generating (None: leave as is).
     """
 
-    def __init__(self, path: str | os.PathLike, *, threads: int | None = None, name: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, threads: int | None = None,
+                 name: str | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if path is None:
+            raise ValueError("the hf backend needs a local checkpoint folder: get_model('hf', path=...), "
+                             "or --llm hf:/path/to/folder")
         path = Path(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"the hf backend needs a local checkpoint folder with config.json, "

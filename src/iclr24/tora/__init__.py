@@ -15,7 +15,7 @@ https://arxiv.org/abs/2309.17452
 from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent, normalize_answer, to_number
 from iclr24.tora.data import Problem, gsm_problems, load_champ, load_gsm8k, load_jsonl, load_math
 from iclr24.tora.executor import Executor, SandboxExecutor, ToolOutput, extract_program, truncate_output
-from iclr24.tora.prompts import EXAMPLES, WorkedExample, build_messages, build_prompt
+from iclr24.tora.prompts import EXAMPLES, WorkedExample, build_messages, build_prompt, tora_model_prompt
 from iclr24.tora.shaping import ShapingReport, is_valid, shape_outputs
 from iclr24.tora.solver import (
     CoTSolver,
@@ -59,5 +59,6 @@ __all__ = [
     "normalize_answer",
     "shape_outputs",
     "to_number",
+    "tora_model_prompt",
     "truncate_output",
 ]

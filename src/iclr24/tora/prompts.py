@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EXAMPLES", "STYLES", "WorkedExample", "build_messages", "build_prompt", "few_shot_prefix"]
+__all__ = ["EXAMPLES", "STYLES", "WorkedExample", "build_messages", "build_prompt", "few_shot_prefix",
+           "tora_model_prompt"]
 
 STYLES = ("direct", "cot", "pal", "tora")
 
@@ -168,3 +169,13 @@ def build_messages(style: str, examples: str | tuple[WorkedExample, ...], questi
         messages += [{"role": "user", "content": ex.question},
                      {"role": "assistant", "content": ex.solution(style).strip()}]
     return messages + [{"role": "user", "content": question.strip()}]
+
+
+def tora_model_prompt(question: str) -> str:
+    """The zero-shot format the released ToRA models were trained on, for ``ToRASolver(prompt=tora_model_prompt)``
+    with a ToRA checkpoint (``--llm hf:/models/tora-code-7b``).
+
+    >>> tora_model_prompt("What is 2 + 2?")
+    '<|user|>\\nWhat is 2 + 2?\\n<|assistant|>\\n'
+    """
+    return f"<|user|>\n{question.strip()}\n<|assistant|>\n"
