@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args
 
 __all__ = ["EmbeddedModel", "HFModel", "cache_dir"]
@@ -123,8 +124,7 @@ class HFModel:
         Greedy when ``temperature`` is 0; sampled rows draw from one generator seeded by ``seed``.
         """
         check_generate_args(max_tokens, temperature, 1)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_int("batch_size", batch_size, minimum=1)
         rows = [self._ids(p)[0].tolist() for p in prompts]
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))  # similar lengths share a batch
         results: list[Completion | None] = [None] * len(rows)

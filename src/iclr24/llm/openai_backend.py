@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Sequence
 
+from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args
 
 __all__ = ["OpenAIModel"]
@@ -30,9 +31,7 @@ class OpenAIModel:
                  timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8) -> None:
         import openai
 
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
 
         self._openai = openai
         self.name = model or os.environ.get("ICLR24_OPENAI_MODEL") or ""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from iclr24.core.checks import check_int
 from iclr24.tora.answers import find_boxed
 
 __all__ = ["Problem", "gsm_problems", "load_champ", "load_gsm8k", "load_jsonl", "load_math"]
@@ -116,9 +117,8 @@ def gsm_problems(n: int, *, seed: int = 0, digits: int = 4, steps: tuple[int, ..
         steps: which problems to draw, by the number of operations the answer takes (1, 2 or 3);
             the templates of these kinds take turns.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be an int >= 0, got {n!r}")
-    if isinstance(digits, bool) or not isinstance(digits, int) or not 2 <= digits <= 9:
+    check_int("n", n, minimum=0)
+    if check_int("digits", digits) < 2 or digits > 9:
         raise ValueError(f"digits must be an int in [2, 9], got {digits!r}")
     if not steps or any(k not in TEMPLATES for k in steps):
         raise ValueError(f"steps must be a non-empty tuple of {sorted(TEMPLATES)}, got {steps!r}")

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from iclr24.core.checks import check_int
+
 __all__ = ["Executor", "SandboxExecutor", "ToolOutput", "extract_program", "truncate_output"]
 
 
@@ -60,8 +62,7 @@ class SandboxExecutor:
     def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 1024, max_chars: int = 100) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 2:
-            raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}")
+        check_int("max_chars", max_chars, minimum=2)
         self.timeout_s, self.memory_mb, self.max_chars = timeout_s, memory_mb, max_chars
 
     def __call__(self, program: str) -> ToolOutput:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from iclr24.core.checks import check_int
 from iclr24.core.io import write_text_atomic
 from iclr24.tora.answers import normalize_answer
 from iclr24.tora.data import Problem
@@ -66,10 +67,8 @@ def shape_outputs(problems: Sequence[Problem], policy: ToRASolver, teacher: ToRA
         max_per_question: trajectories kept per question (ToRA: 4).
         path: where to write the corpus as JSONL (atomically); None writes nothing.
     """
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples must be a positive int, got {n_samples!r}")
-    if isinstance(max_per_question, bool) or not isinstance(max_per_question, int) or max_per_question < 1:
-        raise ValueError(f"max_per_question must be a positive int, got {max_per_question!r}")
+    check_int("n_samples", n_samples, minimum=1)
+    check_int("max_per_question", max_per_question, minimum=1)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 to sample different trajectories, got {temperature!r}")
     problems = list(problems)

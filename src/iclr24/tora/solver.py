@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from iclr24.core.checks import check_int
 from iclr24.llm.base import format_chat, generate_batch
 from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent
 from iclr24.tora.executor import Executor, SandboxExecutor, ToolOutput, extract_program
@@ -132,10 +133,8 @@ class ToRASolver:
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a LanguageModel with a generate method, got {type(llm).__name__}")
         rounds = self.default_rounds if max_tool_rounds is None else max_tool_rounds
-        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f"max_tool_rounds must be an int >= 1, got {rounds!r}")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        check_int("max_tool_rounds", rounds, minimum=1)
+        check_int("max_tokens", max_tokens, minimum=1)
         if not (callable(prompt) or isinstance(prompt, (str, tuple))):
             raise TypeError(f"prompt must be 'gsm', 'math', a tuple of WorkedExample or a function, got {prompt!r}")
         if isinstance(prompt, str):
@@ -218,8 +217,7 @@ class ToRASolver:
             vote = majority_vote
         elif not callable(vote):
             raise ValueError(f"vote must be 'majority' or a function of the answers, got {vote!r}")
-        if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-            raise ValueError(f"n_samples must be a positive int, got {n_samples!r}")
+        check_int("n_samples", n_samples, minimum=1)
         temperature = (0.0 if n_samples == 1 else 0.6) if temperature is None else temperature
         if n_samples > 1 and temperature == 0:
             raise ValueError("n_samples > 1 needs temperature > 0: greedy samples are identical")
