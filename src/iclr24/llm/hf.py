@@ -52,6 +52,7 @@ class HFModel:
             raise FileNotFoundError(f"the hf backend needs a local checkpoint folder with config.json, "
                                     f"got {str(path)!r} (nothing is downloaded)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        _follow_progress_setting()
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
         self.name, self.threads = name or path.name, threads
@@ -263,11 +264,24 @@ class EmbeddedModel(HFModel):
         super().__init__(folder, threads=threads, name=model)
 
 
+def _follow_progress_setting() -> None:
+    """transformers draws its own loading bars; show them only where ours are shown (not --quiet, a terminal)."""
+    from transformers.utils import logging as hf_logging
+
+    from iclr24.core.progress import is_enabled
+
+    if is_enabled():
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
+
+
 def _convert_gguf(source: Path, filename: str, target: Path) -> None:
     """De-quantise a GGUF checkpoint into a safetensors folder, atomically (temp folder, then rename)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _follow_progress_setting()
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
