@@ -2,12 +2,13 @@
 
     from iclr24.sandbox import run_python
     result = run_python("print(2 + 2)", timeout_s=5)
-    result.stdout, result.exit_code, result.timed_out
+    result.stdout, result.exit_code, result.timed_out, result.isolation
 
-Rule of the house: code that a model generated runs only through this package. See
-docs/sandbox.md for what is contained and how.
+Rule of the house: code that a model generated runs only through this package. It runs
+under bubblewrap (user, pid, network, mount namespaces; seccomp; whole-run cgroup limits) and
+refuses to run with less unless asked (``isolation="weak"``). docs/sandbox.md: the threat model.
 """
 
-from iclr24.sandbox.runner import ExecResult, run_pytest, run_python
+from iclr24.sandbox.runner import ExecResult, SandboxUnavailable, probe_isolation, run_pytest, run_python
 
-__all__ = ["ExecResult", "run_pytest", "run_python"]
+__all__ = ["ExecResult", "SandboxUnavailable", "probe_isolation", "run_pytest", "run_python"]

@@ -1,31 +1,24 @@
-"""Run untrusted Python (programs a language model wrote) in a contained child process.
+"""Run untrusted Python (programs a language model wrote): ``run_python`` and ``run_pytest``.
 
-Every run gets a fresh temporary directory (removed afterwards) as its working directory,
-``python -E -s`` with an empty environment (no inherited secrets), limits on CPU time, wall
-time, address space, file size and open files, and output written to size-limited files,
-never to unbounded pipes.
+Two levels of isolation, chosen by ``isolation=`` or ``$ICLR24_SANDBOX``:
 
-The rest depends on privileges (Linux):
+- ``"strong"`` (the default): bubblewrap, see :mod:`iclr24.sandbox.bwrap` for the view and
+  the namespaces, :mod:`iclr24.sandbox.seccomp` for the system-call filter and
+  :mod:`iclr24.sandbox.cgroup` for the whole-run memory and process limits. If it cannot be
+  set up here, :class:`SandboxUnavailable` says what is missing; nothing runs.
+- ``"weak"``, only when asked for: the same limits on one process tree, an empty
+  environment, a fresh directory and an audit hook against sockets, but the host's file
+  system, processes and network stay in reach of a program that means harm. For trusted
+  code and for machines where namespaces are off.
 
-- **as root** (containers, CI) everything is enforced by the kernel: a new *network
-  namespace* (only a down loopback: no network at all); a new *mount namespace* where every
-  mount is read-only except the run's directory (nothing outside it can be written); and a
-  *pids cgroup* whose ``pids.max`` bounds the number of processes (root ignores
-  ``RLIMIT_NPROC``), which also names every process to kill at the end.
-- **otherwise**, a user+network namespace is tried (no network); if the kernel refuses it,
-  an audit hook blocks sockets inside the interpreter. Without root, files outside the
-  directory are protected only by the user's own permissions, and processes are bounded by
-  ``RLIMIT_NPROC``. Code that calls the kernel through ``ctypes`` could bypass an audit hook.
-
-``ExecResult.isolation`` says which of these applied.
+``ExecResult.isolation`` names the layers that applied, e.g. ``"bwrap+uid+seccomp+cgroup(memory,pids)"``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
-import random
+import select
 import shutil
 import signal
 import subprocess
@@ -34,15 +27,21 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Literal
 
-__all__ = ["ExecResult", "run_pytest", "run_python"]
+from iclr24.sandbox.bwrap import INSTALL_HINT, SANDBOX_DIR, BwrapPlan, missing_tools
+from iclr24.sandbox.cgroup import RunCgroup
+from iclr24.sandbox.seccomp import seccomp_filter
 
-_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
-_PIDS_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
-# Without a network namespace, this launcher installs an audit hook (which Python code cannot
-# remove) before running the program.
+__all__ = ["ExecResult", "SandboxUnavailable", "probe_isolation", "run_pytest", "run_python"]
+
+Isolation = Literal["strong", "weak"]
+_ISOLATIONS = ("strong", "weak")
+_ENV_VAR = "ICLR24_SANDBOX"
+_NOFILE = 256
+# With weak isolation, this launcher installs an audit hook (which Python code cannot remove)
+# before running the program: careless code gets no socket; ctypes or a subprocess get around it.
 _GUARDED_LAUNCHER = """
 import runpy, sys
 def _guard(event, args):
@@ -56,8 +55,10 @@ if _kind == "module":
 else:
     runpy.run_path(_name, run_name="__main__")
 """
-# -E -s: no PYTHON* variables, no user site; unlike -I the script's folder stays importable.
-_PYTHON = (sys.executable, "-E", "-s")
+
+
+class SandboxUnavailable(RuntimeError):
+    """Strong isolation cannot be set up on this machine; the message says what is missing."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +69,22 @@ class ExecResult:
     ----------
     stdout, stderr : str
         Decoded output, at most ``max_output_bytes`` each.
-    exit_code : int or None
-        The exit status; negative for a signal (``-9``: killed); None never happens after return.
+    exit_code : int
+        The program's exit status; ``128 + n`` when a signal ``n`` ended it inside the sandbox
+        (137: killed, e.g. by the memory limit), ``-9`` when the host killed it at the time limit.
     timed_out : bool
-        The wall-time limit was reached and the program was killed.
+        The wall-time limit was reached and every process of the run was killed.
     duration : float
         Wall seconds.
     truncated : bool
-        Output was longer than ``max_output_bytes`` (or hit the file-size limit).
+        Output was longer than ``max_output_bytes``.
     isolation : str
-        ``"netns+mountns+cgroup"`` (root), ``"netns+mountns"`` (root, no pids cgroup),
-        ``"userns+netns"`` or ``"audit-hook"``.
+        The layers that applied: ``bwrap`` (user, pid, network, ipc, uts, mount and cgroup
+        namespaces; a read-only minimal root), ``uid`` (a fresh unprivileged id outside, as
+        root), ``seccomp`` (the system-call filter), ``cgroup(memory,pids)`` (whole-run limits
+        the program cannot see); or ``weak(rlimits,audit-hook)``.
+    oom_killed : bool
+        The whole-run memory limit (a cgroup) killed a process of the run.
     """
 
     stdout: str
@@ -88,6 +94,7 @@ class ExecResult:
     duration: float
     truncated: bool
     isolation: str
+    oom_killed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -104,6 +111,7 @@ def run_python(
     max_processes: int = 16,
     max_file_mb: int = 16,
     max_output_bytes: int = 100_000,
+    isolation: Isolation | None = None,
 ) -> ExecResult:
     """Run ``code`` as ``main.py`` in a fresh directory holding ``files``; see the module docstring.
 
@@ -112,188 +120,213 @@ def run_python(
     code : str
         The program.
     timeout_s : float
-        Wall-clock limit; the CPU-time limit is the same, rounded up.
+        Wall-clock limit (finite, > 0); the CPU-time limit is the same, rounded up.
     memory_mb : int
-        Address-space limit (numpy and friends need a few hundred MB of address space).
+        Memory for the whole run (a cgroup, where the host has one) and address space for each
+        process (numpy and friends need a few hundred MB of address space).
     files : dict of relative path to text or bytes, optional
-        Written into the directory first.
+        Written into the directory first; ``main.py`` is the program and cannot be given here.
     args : tuple of str
         Command-line arguments for the program.
-    max_processes, max_file_mb, max_output_bytes : int
-        Processes at once (a pids cgroup as root, else RLIMIT_NPROC), size of any file written,
-        output kept per stream.
+    max_processes : int
+        Processes alive at once, counted over the whole run.
+    max_file_mb : int
+        Size of any one file written (and of /tmp).
+    max_output_bytes : int
+        Output kept per stream.
+    isolation : {"strong", "weak"}, optional
+        Default: ``$ICLR24_SANDBOX``, else ``"strong"``. ``"weak"`` is an explicit opt-out.
     """
-    return _run(("script", "main.py"), args, {"main.py": code, **(files or {})}, timeout_s, memory_mb,
-                max_processes, max_file_mb, max_output_bytes)
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a str, got {type(code).__name__}")
+    if files and "main.py" in files:
+        raise ValueError("files must not contain 'main.py': that name holds the program given as code")
+    return _run(("script", "main.py"), args, {"main.py": code, **dict(files or {})}, timeout_s=timeout_s,
+                memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
+                max_output_bytes=max_output_bytes, isolation=isolation)
 
 
 def run_pytest(files: Mapping[str, str | bytes], *, timeout_s: float = 60.0, memory_mb: int = 1024,
-               max_output_bytes: int = 100_000) -> ExecResult:
+               max_output_bytes: int = 100_000, isolation: Isolation | None = None) -> ExecResult:
     """Run ``pytest -q`` over a file store (``{"app.py": ..., "test_app.py": ...}``) in the sandbox."""
     if not files:
         raise ValueError("files must hold at least one file to test")
-    return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider"), dict(files), timeout_s, memory_mb, 16, 16,
-                max_output_bytes)
+    return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider"), dict(files), timeout_s=timeout_s,
+                memory_mb=memory_mb, max_processes=16, max_file_mb=16, max_output_bytes=max_output_bytes,
+                isolation=isolation)
 
 
-def _run(target: tuple[str, str], args, files, timeout_s, memory_mb, max_processes, max_file_mb,
-         max_output_bytes) -> ExecResult:
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-    if not memory_mb >= 64:
-        raise ValueError(f"memory_mb must be >= 64, got {memory_mb}")
+def probe_isolation(isolation: Isolation | None = None) -> str:
+    """The ``isolation`` a run would report here, found by running an empty program once.
+
+    Raises :class:`SandboxUnavailable` where strong isolation is asked for and cannot be had.
+    """
+    return run_python("pass", timeout_s=30, isolation=isolation).isolation
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_args(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes, args, files) -> None:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise TypeError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s must be finite and > 0, got {timeout_s}")
+    _check_int("memory_mb", memory_mb, 64)
+    _check_int("max_processes", max_processes, 1)
+    _check_int("max_file_mb", max_file_mb, 1)
+    _check_int("max_output_bytes", max_output_bytes, 0)
+    if isinstance(args, str) or not all(isinstance(a, str) and "\0" not in a for a in args):
+        raise TypeError(f"args must be a tuple of str without NUL, got {args!r}")
+    for name, content in files.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"file name {name!r} must be a non-empty str")
+        path = PurePosixPath(name)
+        if path.is_absolute() or ".." in path.parts or "\0" in name:
+            raise ValueError(f"file name {name!r} must be a relative path that stays inside the sandbox directory")
+        if not isinstance(content, (str, bytes)):
+            raise TypeError(f"file {name!r} must hold str or bytes, got {type(content).__name__}")
+
+
+def _resolve_isolation(isolation) -> str:
+    source = "isolation"
+    if isolation is None:
+        isolation, source = os.environ.get(_ENV_VAR, "strong") or "strong", f"${_ENV_VAR}"
+    if isolation not in _ISOLATIONS:
+        raise ValueError(f"{source} must be one of {_ISOLATIONS}, got {isolation!r}")
+    return isolation
+
+
+# --- running ------------------------------------------------------------------------------------
+
+def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, max_processes, max_file_mb,
+         max_output_bytes, isolation) -> ExecResult:
+    _check_args(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes, args, files)
+    mode = _resolve_isolation(isolation)
     if not sys.platform.startswith("linux"):
-        raise RuntimeError(f"iclr24.sandbox needs Linux (resource limits, namespaces); this is {sys.platform}")
+        raise SandboxUnavailable(f"iclr24.sandbox needs Linux (namespaces, resource limits); this is {sys.platform}")
     root = os.geteuid() == 0
+    if mode == "strong" and (missing := missing_tools(root)):
+        raise SandboxUnavailable(f"strong isolation needs {', '.join(missing)} on PATH: {INSTALL_HINT}; or opt "
+                                 f"into weak isolation with isolation='weak' or {_ENV_VAR}=weak")
+    if mode == "weak" and shutil.which("prlimit") is None:
+        raise SandboxUnavailable("the sandbox needs prlimit (util-linux) on PATH")
+    kind, name = target
+    limits = [f"--cpu={math.ceil(timeout_s) + 1}", f"--as={memory_mb * 2**20}", f"--fsize={max_file_mb * 2**20}",
+              "--core=0", f"--nofile={_NOFILE}"]
     base = Path(tempfile.mkdtemp(prefix="iclr24-sandbox-"))
-    workdir = base / "work"
-    workdir.mkdir()
-    cgroup = _make_pids_cgroup(max_processes) if root else None
+    cgroup = None
     try:
-        for name, content in files.items():
-            path = (workdir / name).resolve()
-            if workdir.resolve() not in path.parents:
-                raise ValueError(f"file name {name!r} must stay inside the sandbox directory")
+        workdir = base / "work"
+        workdir.mkdir()
+        for rel, content in files.items():
+            path = workdir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content.encode() if isinstance(content, str) else content)
-        (workdir / ".tmp").mkdir()
+        if mode == "weak":
+            (workdir / ".tmp").mkdir()
+            (base / "launch.py").write_text(_GUARDED_LAUNCHER)
+            # the pid namespace is missing here, so NPROC counts the caller's processes too: leave room for them
+            limits.append(f"--nproc={max_processes + _processes_of_this_user()}")
+            program = [sys.executable, "-E", "-s", str(base / "launch.py"), kind, name, *args]
+            command = [shutil.which("prlimit"), *limits, "--", *program]
+            env = _environment(home=str(workdir), tmp=str(workdir / ".tmp"))
+            return _execute(command, workdir, env, (), timeout_s, max_output_bytes, "weak(rlimits,audit-hook)", None)
+        cgroup = RunCgroup.create(memory_mb * 2**20, max_processes + 1) if root else None
+        plan = BwrapPlan(workdir, stage_dir=base / "stage", etc_dir=base / "etc", root=root,
+                         cgroup_procs=cgroup.procs_files if cgroup else [])
         if root:
-            isolation = "netns+mountns+cgroup" if cgroup else "netns+mountns"
-        else:
-            isolation = _namespace_probe()
-        kind, name = target
-        if isolation == "audit-hook":
-            launcher = base / "launch.py"
-            launcher.write_text(_GUARDED_LAUNCHER)
-            command = [*_PYTHON, str(launcher), kind, name, *args]
-        else:
-            command = [*_PYTHON, *(["-m", name] if kind == "module" else [name]), *args]
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir / ".tmp"), "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-        limits = {"cpu": math.ceil(timeout_s) + 1, "memory": memory_mb * 2**20, "fsize": max_file_mb * 2**20,
-                  "nproc": max_processes}
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            start = time.monotonic()
-            proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    preexec_fn=lambda: _contain(limits, isolation, workdir, cgroup), close_fds=True)
-            timed_out = False
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_all(proc, cgroup)
-            duration = time.monotonic() - start
-            stdout, cut_out = _read(out, max_output_bytes)
-            stderr, cut_err = _read(err, max_output_bytes)
-        return ExecResult(stdout, stderr, proc.returncode, timed_out, duration,
-                          cut_out or cut_err or proc.returncode == -signal.SIGXFSZ, isolation)
+            os.chmod(base, 0o711)  # the unprivileged id traverses it to reach work/, etc/ and stage/
+            for path in [workdir, *workdir.rglob("*")]:  # readable, not writable: it is copied in
+                os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        # the reaper bubblewrap runs as pid 1 of the namespace counts as one process
+        limits.append(f"--nproc={max_processes + 1}")
+        program = [sys.executable, "-E", "-s", *(["-m", name] if kind == "module" else [name]), *args]
+        env = _environment(home=SANDBOX_DIR, tmp="/tmp")
+        layers = ["bwrap"] + (["uid"] if root else [])
+        with tempfile.TemporaryFile() as status, tempfile.TemporaryFile() as bpf:
+            filter_bytes = seccomp_filter()
+            if filter_bytes is not None:
+                bpf.write(filter_bytes)
+                bpf.flush()
+                bpf.seek(0)
+                layers.append("seccomp")
+            if cgroup is not None:
+                layers.append(f"cgroup({','.join(cgroup.controllers)})")
+            command = plan.command(program, env=env, limits=limits, tmpfs_bytes=memory_mb * 2**20,
+                                   status_fd=status.fileno(),
+                                   seccomp_fd=bpf.fileno() if filter_bytes is not None else None)
+            fds = (status.fileno(),) + ((bpf.fileno(),) if filter_bytes is not None else ())
+            result = _execute(command, workdir, env, fds, timeout_s, max_output_bytes, "+".join(layers), cgroup)
+            status.seek(0)
+            started = b'"child-pid"' in status.read()
+        if not started and not result.timed_out:
+            raise SandboxUnavailable(
+                "bubblewrap could not set up the sandbox here: "
+                f"{(result.stderr.strip() or f'exit status {result.exit_code}')[-500:]}. Strong isolation needs "
+                "unprivileged user namespaces (sysctl user.max_user_namespaces > 0; kernel.unprivileged_userns_clone"
+                "=1 where it exists; in a container, a seccomp profile that allows unshare/clone); or opt into "
+                f"weak isolation with isolation='weak' or {_ENV_VAR}=weak")
+        return result
     finally:
-        shutil.rmtree(base, ignore_errors=True)
         if cgroup is not None:
-            try:
-                cgroup.rmdir()
-            except OSError:
-                pass
+            cgroup.kill_all()
+            cgroup.remove()
+        shutil.rmtree(base, ignore_errors=True)
 
 
-def _contain(limits: dict, isolation: str, workdir: Path, cgroup: Path | None) -> None:
-    """In the child, before exec: session, cgroup, namespaces, read-only mounts, limits."""
-    import resource
+def _environment(home: str, tmp: str) -> dict[str, str]:
+    """The program's whole environment: nothing is inherited from the caller."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8",
+            "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 
-    os.setsid()
-    if cgroup is not None:
-        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if isolation.startswith("netns+mountns"):
-        if libc.unshare(_CLONE_NEWNET | _CLONE_NEWNS) != 0:
-            os._exit(126)  # refuse to run without the promised isolation
-        _read_only_except(libc, workdir)
-    elif isolation == "userns+netns":
-        if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-            os._exit(126)
-    for name, value in (("RLIMIT_CPU", limits["cpu"]), ("RLIMIT_AS", limits["memory"]),
-                        ("RLIMIT_FSIZE", limits["fsize"]), ("RLIMIT_CORE", 0), ("RLIMIT_NOFILE", 256),
-                        ("RLIMIT_NPROC", limits["nproc"])):
+
+def _execute(command, workdir, env, pass_fds, timeout_s, max_output_bytes, isolation, cgroup) -> ExecResult:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                pass_fds=pass_fds, close_fds=True, start_new_session=True)
         try:
-            resource.setrlimit(getattr(resource, name), (value, value))
-        except (ValueError, OSError):
-            if name != "RLIMIT_NPROC":  # NPROC may exceed the hard limit of an unprivileged user
-                raise
-
-
-def _read_only_except(libc, workdir: Path) -> None:
-    """In a private mount namespace: every mount read-only, the work directory writable."""
-    def mount(source, target, flags):
-        return libc.mount(source, str(target).encode(), None, flags, None)
-
-    if mount(None, "/", _MS_REC | _MS_PRIVATE) != 0 or mount(str(workdir).encode(), workdir, _MS_BIND) != 0:
-        os._exit(126)
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for point in sorted(set(points), key=len):
-        if point != str(workdir) and not point.startswith(("/proc", "/sys", "/dev")):
-            mount(None, point, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)  # best effort per mount
-    if mount(None, "/", _MS_REMOUNT | _MS_BIND | _MS_RDONLY) != 0:
-        os._exit(126)
-    os.chdir(workdir)  # Popen entered it before the bind mount: re-enter through the writable mount
-
-
-def _make_pids_cgroup(max_processes: int) -> Path | None:
-    """A fresh pids cgroup limited to ``max_processes`` (v1 or v2), or None where none can be made."""
-    for root in _PIDS_CGROUP_ROOTS:
-        if not (root / "cgroup.procs").exists():
-            continue
-        if root == Path("/sys/fs/cgroup") and "pids" not in _read_text(root / "cgroup.controllers"):
-            continue
-        path = root / f"iclr24-sandbox-{os.getpid()}-{random.SystemRandom().randrange(10**9)}"
-        try:
-            path.mkdir()
-            (path / "pids.max").write_text(str(max_processes))
-            return path
-        except OSError:
+            timed_out = not _wait(proc, timeout_s)
+        finally:
+            # bubblewrap's --die-with-parent takes the namespace down with its monitor; the
+            # cgroup sweep catches anything else; the group kill is what weak isolation has
             try:
-                path.rmdir()
-            except OSError:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
-    return None
+            if cgroup is not None:
+                cgroup.kill_all()
+            proc.wait()
+        duration = time.monotonic() - start
+        stdout, cut_out = _read(out, max_output_bytes)
+        stderr, cut_err = _read(err, max_output_bytes)
+    oom = cgroup is not None and cgroup.oom_kills() > 0
+    return ExecResult(stdout, stderr, proc.returncode, timed_out, duration, cut_out or cut_err, isolation, oom)
 
 
-def _read_text(path: Path) -> str:
+def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether ``proc`` ended within ``timeout_s``; woken by a pidfd at once rather than by polling."""
     try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
-def _namespace_probe() -> str:
-    """Whether an unprivileged user+network namespace can be made here (tried in a child)."""
-    pid = os.fork()
-    if pid == 0:
-        libc = ctypes.CDLL(None, use_errno=True)
-        os._exit(0 if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0 else 1)
-    _, status = os.waitpid(pid, 0)
-    return "userns+netns" if os.waitstatus_to_exitcode(status) == 0 else "audit-hook"
-
-
-def _kill_all(proc: subprocess.Popen, cgroup: Path | None) -> None:
-    """Kill the process group and, with a cgroup, every process in it (escaped groups included)."""
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # before Linux 5.3: Popen's polling wait
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if cgroup is not None:
-        for _ in range(50):  # a fork bomb may be mid-fork: sweep until the cgroup is empty
-            pids = [int(p) for p in _read_text(cgroup / "cgroup.procs").split()]
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
-    proc.wait()
+        return bool(select.select([pidfd], [], [], timeout_s)[0])
+    finally:
+        os.close(pidfd)
 
 
 def _read(f, limit: int) -> tuple[str, bool]:
@@ -301,3 +334,15 @@ def _read(f, limit: int) -> tuple[str, bool]:
     size = f.tell()
     f.seek(0)
     return f.read(limit).decode("utf-8", errors="replace"), size > limit
+
+
+def _processes_of_this_user() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                pass
+    return count

@@ -19,12 +19,16 @@ __all__ = ["Executor", "SandboxExecutor", "ToolOutput", "extract_program", "trun
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """What one program run gives back: the ``text`` the model sees and whether the run succeeded."""
+    """What one program run gives back: the ``text`` the model sees and whether the run succeeded.
+
+    ``isolation`` is the sandbox's account of how the program was contained (``ExecResult.isolation``).
+    """
 
     text: str
     ok: bool
     timed_out: bool = False
     duration_s: float = 0.0
+    isolation: str = ""
 
 
 #: Anything that runs a program and reports back; :class:`SandboxExecutor` is the default.
@@ -77,7 +81,7 @@ class SandboxExecutor:
             text = _last_line(result.stderr) or f"the program exited with status {result.exit_code}"
             ok = False
         return ToolOutput(truncate_output(text, self.max_chars, self.max_chars // 2), ok, result.timed_out,
-                          result.duration)
+                          result.duration, result.isolation)
 
     def __repr__(self) -> str:
         return f"SandboxExecutor(timeout_s={self.timeout_s:g}, memory_mb={self.memory_mb})"

@@ -107,7 +107,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         sets["champ"] = (load_champ(limit=cfg.champ), "math")
     sets = {name: value for name, value in sets.items() if value[0]}
 
-    accuracy, tokens, records, timings, tool_stats = {}, {}, [], {}, {}
+    accuracy, tokens, records, timings, tool_stats, isolations = {}, {}, [], {}, {}, set()
     chunks = sum(math.ceil(len(problems) / CHUNK) for problems, _ in sets.values()) * len(METHODS)
     with ctx.progress("solving", total=chunks) as bar:
         for set_name, (problems, prompt) in sets.items():
@@ -127,6 +127,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                 tokens[set_name, method] = statistics.mean(t.completion_tokens for t in trajectories)
                 if method in ("pal", "tora"):
                     outputs = [o for t in trajectories for o in t.outputs]
+                    isolations.update(o.isolation for o in outputs)
                     tool_stats[set_name, method] = {
                         "programs_per_problem": len(outputs) / len(problems),
                         "program_error_rate": sum(not o.ok for o in outputs) / max(1, len(outputs)),
@@ -161,7 +162,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         metrics["shaping_policy_questions"] = policy_questions
     rows = [{"problems": s, "n": len(sets[s][0]), **{LABELS[m]: accuracy[s, m] for m in METHODS}} for s in sets]
     notes = (f"Model: {llm.name}, greedy, {cfg.max_tokens} new tokens a round, ToRA up to {cfg.max_tool_rounds} "
-             f"tool rounds, programs in iclr24.sandbox (5 s). Problems: seeded synthetic GSM-style word problems, "
+             f"tool rounds, programs in iclr24.sandbox (5 s; isolation: {', '.join(sorted(isolations)) or 'none ran'})."
+             f" Problems: seeded synthetic GSM-style word problems, "
              f"{cfg.digits}-digit numbers. The paper's models are 7B-70B and fine-tuned on ToRA-Corpus; ours is "
              f"prompted with four worked examples. With the embedded model, ToRA and PAL tied on seeds 1 and 2: "
              f"at this scale their difference is within noise (docs/tora.md).")

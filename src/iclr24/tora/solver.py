@@ -85,7 +85,8 @@ class Trajectory:
                 "solution": self.solution, "completion_tokens": self.completion_tokens,
                 "rounds": [{"text": r.text, "program": r.program, "finish_reason": r.finish_reason,
                             "output": None if r.output is None else r.output.text,
-                            "output_ok": None if r.output is None else r.output.ok} for r in self.rounds]}
+                            "output_ok": None if r.output is None else r.output.ok,
+                            "isolation": None if r.output is None else r.output.isolation} for r in self.rounds]}
 
 
 @dataclass(frozen=True)
