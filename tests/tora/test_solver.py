@@ -80,7 +80,9 @@ def test_executor_timeout_and_exit_status():
     assert out.timed_out and not out.ok and out.text.startswith("TimeoutError")
     out = SandboxExecutor().__call__("import sys\nsys.exit(3)")
     assert not out.ok and "status 3" in out.text
-    assert SandboxExecutor()("print('a')\nprint('b')\n") == ToolOutput("b", True, False, pytest.approx(0, abs=10))
+    out = SandboxExecutor()("print('a')\nprint('b')\n")
+    assert out == ToolOutput("b", True, False, pytest.approx(0, abs=10), out.isolation)
+    assert out.isolation.startswith("bwrap")  # the sandbox's account of the run travels with the output
 
 
 def test_executor_rejects_bad_settings():
