@@ -440,3 +440,44 @@ def test_seen_from_the_host_the_program_is_unprivileged():
     assert (0 not in uids) if ROOT else (uids == {os.getuid()})  # as root: a fresh id; else the caller's own
     assert int(status["CapEff"], 16) == 0 and int(status["NoNewPrivs"]) == 1
     assert int(status["Seccomp"]) == 2  # a filter is loaded
+
+
+@pytest.mark.skipif(not ROOT, reason="whole-run memory needs a cgroup, which the sandbox makes as root")
+def test_socket_buffers_count_against_the_memory_limit():
+    # Loopback TCP buffers are kernel memory outside the process; cgroup v1 charges them only when
+    # memory.kmem.tcp is limited too. 60 connections could queue about 220 MB here otherwise.
+    if "cgroup(memory" not in run_python("pass").isolation:
+        pytest.skip("this host offers no memory cgroup")
+    result = run("""
+        import socket
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(100)
+        total, held = 0, []
+        for _ in range(60):
+            client = socket.create_connection(server.getsockname())
+            peer, _ = server.accept()
+            client.setblocking(False)
+            held += [client, peer]
+            try:
+                while True:
+                    total += client.send(b"x" * (1 << 20))
+            except OSError:
+                pass
+            print(total >> 20, flush=True)
+    """, memory_mb=128, timeout_s=30)
+    queued_mb = int(result.stdout.split()[-1])
+    assert queued_mb <= 128, f"{queued_mb} MB of socket buffers with memory_mb=128"
+
+
+def test_output_cannot_be_grown_on_the_hosts_disk():
+    # fallocate on a host file ignores RLIMIT_FSIZE: output therefore goes through pipes
+    result = run("""
+        import ctypes, os, sys
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+        grown = [libc.fallocate(fd, 1, 0, 2 << 30) for fd in (1, 2)]  # FALLOC_FL_KEEP_SIZE, 2 GB each
+        print(grown, os.path.realpath('/proc/self/fd/1').startswith('pipe:') or os.readlink('/proc/self/fd/1'))
+    """)
+    assert result.ok and result.stdout.startswith("[-1, -1] ")
+    assert "pipe:" in result.stdout

@@ -139,21 +139,36 @@ def test_the_audit_hook_of_weak_isolation_blocks_sockets(tmp_path):
 # --- arguments --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"timeout_s": 0}, ValueError, r"timeout_s must be finite and > 0, got 0"),
-    ({"timeout_s": float("inf")}, ValueError, r"timeout_s must be finite and > 0, got inf"),
-    ({"timeout_s": float("nan")}, ValueError, r"timeout_s must be finite and > 0, got nan"),
+    ({"timeout_s": 0}, ValueError, r"timeout_s must be finite, > 0 and <= 604800 \(a week\), got 0"),
+    ({"timeout_s": float("inf")}, ValueError, r"timeout_s must be finite, > 0 and <= 604800 \(a week\), got inf"),
+    ({"timeout_s": float("nan")}, ValueError, r"timeout_s must be finite.*got nan"),
+    ({"timeout_s": 1e300}, ValueError, r"timeout_s must be finite.*got 1e\+300"),
     ({"timeout_s": "5"}, TypeError, r"timeout_s must be a number of seconds, got '5'"),
-    ({"memory_mb": 8}, ValueError, r"memory_mb must be >= 64, got 8"),
-    ({"max_processes": -1}, ValueError, r"max_processes must be >= 1, got -1"),
-    ({"max_processes": 0}, ValueError, r"max_processes must be >= 1, got 0"),
-    ({"max_output_bytes": -1}, ValueError, r"max_output_bytes must be >= 0, got -1"),
-    ({"max_file_mb": 0}, ValueError, r"max_file_mb must be >= 1, got 0"),
+    ({"memory_mb": 8}, ValueError, r"memory_mb must be in \[64, 4194304\], got 8"),
+    ({"memory_mb": 2**62}, ValueError, r"memory_mb must be in \[64, 4194304\]"),
+    ({"max_processes": -1}, ValueError, r"max_processes must be in \[1, 32768\], got -1"),
+    ({"max_processes": 0}, ValueError, r"max_processes must be in \[1, 32768\], got 0"),
+    ({"max_processes": 2**40}, ValueError, r"max_processes must be in \[1, 32768\]"),
+    ({"max_output_bytes": -1}, ValueError, r"max_output_bytes must be in \[0, 2147483648\], got -1"),
+    ({"max_file_mb": 0}, ValueError, r"max_file_mb must be in \[1, 1048576\], got 0"),
+    ({"max_file_mb": 2**50}, ValueError, r"max_file_mb must be in \[1, 1048576\]"),
     ({"max_file_mb": 1.5}, TypeError, r"max_file_mb must be an int, got 1.5"),
     ({"files": {"main.py": "print(1)"}}, ValueError, r"files must not contain 'main.py'"),
+    ({"files": {"./main.py": "print(1)"}}, ValueError, r"files must not contain 'main.py'"),
+    ({"files": {"main.py/": "print(1)"}}, ValueError, r"files must not contain 'main.py'"),
+    ({"files": {"a.py": "1", "./a.py": "2"}}, ValueError, r"file names './a.py' and another both name 'a.py'"),
+    ({"files": {"a": "1", "a/b.py": "2"}}, ValueError, r"file name 'a' is also a folder of 'a/b.py'"),
+    ({"files": {".": "x"}}, ValueError, r"'\.' must be a relative path that stays inside"),
     ({"files": {"../escape.py": "x"}}, ValueError, r"'../escape.py' must be a relative path that stays inside"),
+    ({"files": {"a/../../x": "x"}}, ValueError, r"must be a relative path that stays inside"),
     ({"files": {"/etc/x": "x"}}, ValueError, r"'/etc/x' must be a relative path"),
+    ({"files": {"\udc80.py": "x"}}, ValueError, r"must be valid UTF-8"),
+    ({"files": {"x" * 300: "x"}}, ValueError, r"has a part longer than 255 bytes"),
     ({"files": {"a.py": 3}}, TypeError, r"file 'a.py' must hold str or bytes, got int"),
-    ({"args": "--flag"}, TypeError, r"args must be a tuple of str"),
+    ({"files": "abc"}, TypeError, r"files must be a mapping of relative path to str or bytes, got str"),
+    ({"args": "--flag"}, TypeError, r"args must be a tuple of str, got '--flag'"),
+    ({"args": None}, TypeError, r"args must be a tuple of str, got None"),
+    ({"args": (1,)}, TypeError, r"args must be a tuple of str without NUL"),
     ({"isolation": "none"}, ValueError, r"isolation must be one of \('strong', 'weak'\), got 'none'"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(kwargs, error, match):
@@ -166,3 +181,10 @@ def test_bad_arguments_are_refused_before_anything_runs(kwargs, error, match):
 def test_run_pytest_needs_files():
     with pytest.raises(ValueError, match="files must hold at least one file"):
         run_pytest({})
+    with pytest.raises(TypeError, match="files must be a mapping"):
+        run_pytest([("test_a.py", "def test(): pass")])
+
+
+def test_arguments_from_a_generator_reach_the_program():
+    result = run_python("import sys\nprint(sys.argv[1:])", args=(a for a in ["x", "y"]))
+    assert result.stdout == "['x', 'y']\n"

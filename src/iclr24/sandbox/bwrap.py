@@ -137,6 +137,8 @@ class BwrapPlan:
                  "--proc", "/proc", "--dev", "/dev"]
         for target in ("/tmp", "/dev/shm", SANDBOX_DIR):
             argv += ["--size", str(tmpfs_bytes), "--tmpfs", target]
+        # no pseudo-terminals: every devpts instance draws on one kernel-wide count (kernel.pty.max)
+        argv += ["--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
         # the root and /dev are bubblewrap's own tmpfs: read-only once built (not recursive, so
         # the tmpfs mounted on them stay writable; writing to a device node is not writing to /dev)
         argv += ["--ro-bind", str(self.workdir), _INPUT_DIR, "--remount-ro", "/dev", "--remount-ro", "/",

@@ -53,10 +53,12 @@ class RunCgroup:
                     (path / "memory.max").write_text(str(memory_bytes))
                     if (path / "memory.swap.max").exists():
                         (path / "memory.swap.max").write_text("0")
-                else:  # v1: the swap limit goes after the memory limit, and equal to it
+                else:  # v1: the swap limit goes after the memory limit, and equal to it; socket
+                    # buffers are charged apart (v2 charges them to memory.max), so they get a limit too
                     (path / "memory.limit_in_bytes").write_text(str(memory_bytes))
-                    if (path / "memory.memsw.limit_in_bytes").exists():
-                        (path / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                    for extra in ("memory.memsw.limit_in_bytes", "memory.kmem.tcp.limit_in_bytes"):
+                        if (path / extra).exists():
+                            (path / extra).write_text(str(memory_bytes))
         except OSError:
             made = {c: p for c, p in made.items() if p.exists()}
             cls(made).remove()

@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import math
 import os
-import select
+import posixpath
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Literal
 
 from iclr24.sandbox.bwrap import INSTALL_HINT, SANDBOX_DIR, BwrapPlan, missing_tools
 from iclr24.sandbox.cgroup import RunCgroup
+from iclr24.sandbox.process import execute
 from iclr24.sandbox.seccomp import seccomp_filter
 
 __all__ = ["ExecResult", "SandboxUnavailable", "probe_isolation", "run_pytest", "run_python"]
@@ -40,6 +38,7 @@ Isolation = Literal["strong", "weak"]
 _ISOLATIONS = ("strong", "weak")
 _ENV_VAR = "ICLR24_SANDBOX"
 _NOFILE = 256
+_MAX_TIMEOUT_S = 7 * 86400
 # With weak isolation, this launcher installs an audit hook (which Python code cannot remove)
 # before running the program: careless code gets no socket; ctypes or a subprocess get around it.
 _GUARDED_LAUNCHER = """
@@ -139,9 +138,10 @@ def run_python(
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
-    if files and "main.py" in files:
+    files = _check_files(files if files is not None else {})
+    if "main.py" in files:
         raise ValueError("files must not contain 'main.py': that name holds the program given as code")
-    return _run(("script", "main.py"), args, {"main.py": code, **dict(files or {})}, timeout_s=timeout_s,
+    return _run(("script", "main.py"), _check_argv(args), {"main.py": code, **files}, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
                 max_output_bytes=max_output_bytes, isolation=isolation)
 
@@ -149,9 +149,10 @@ def run_python(
 def run_pytest(files: Mapping[str, str | bytes], *, timeout_s: float = 60.0, memory_mb: int = 1024,
                max_output_bytes: int = 100_000, isolation: Isolation | None = None) -> ExecResult:
     """Run ``pytest -q`` over a file store (``{"app.py": ..., "test_app.py": ...}``) in the sandbox."""
+    files = _check_files(files)
     if not files:
         raise ValueError("files must hold at least one file to test")
-    return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider"), dict(files), timeout_s=timeout_s,
+    return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider"), files, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=16, max_file_mb=16, max_output_bytes=max_output_bytes,
                 isolation=isolation)
 
@@ -166,33 +167,63 @@ def probe_isolation(isolation: Isolation | None = None) -> str:
 
 # --- checks -------------------------------------------------------------------------------------
 
-def _check_int(name: str, value, minimum: int) -> int:
+def _check_int(name: str, value, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {value}")
     return value
 
 
-def _check_args(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes, args, files) -> None:
+def _check_limits(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes) -> None:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
         raise TypeError(f"timeout_s must be a number of seconds, got {timeout_s!r}")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
-        raise ValueError(f"timeout_s must be finite and > 0, got {timeout_s}")
-    _check_int("memory_mb", memory_mb, 64)
-    _check_int("max_processes", max_processes, 1)
-    _check_int("max_file_mb", max_file_mb, 1)
-    _check_int("max_output_bytes", max_output_bytes, 0)
-    if isinstance(args, str) or not all(isinstance(a, str) and "\0" not in a for a in args):
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= _MAX_TIMEOUT_S):
+        raise ValueError(f"timeout_s must be finite, > 0 and <= {_MAX_TIMEOUT_S} (a week), got {timeout_s}")
+    _check_int("memory_mb", memory_mb, 64, 2**22)
+    _check_int("max_processes", max_processes, 1, 2**15)
+    _check_int("max_file_mb", max_file_mb, 1, 2**20)
+    _check_int("max_output_bytes", max_output_bytes, 0, 2**31)
+
+
+def _check_argv(args) -> tuple[str, ...]:
+    if args is None or isinstance(args, (str, bytes)) or not isinstance(args, Iterable):
+        raise TypeError(f"args must be a tuple of str, got {args!r}")
+    args = tuple(args)  # once: a generator is not used up by the check
+    if not all(isinstance(a, str) and "\0" not in a for a in args):
         raise TypeError(f"args must be a tuple of str without NUL, got {args!r}")
+    return args
+
+
+def _check_files(files) -> dict[str, str | bytes]:
+    """``files`` keyed by normalised relative path (``./a.py`` and ``a.py`` are one file)."""
+    if not isinstance(files, Mapping):
+        raise TypeError(f"files must be a mapping of relative path to str or bytes, got {type(files).__name__}")
+    out: dict[str, str | bytes] = {}
     for name, content in files.items():
         if not isinstance(name, str) or not name:
             raise ValueError(f"file name {name!r} must be a non-empty str")
-        path = PurePosixPath(name)
-        if path.is_absolute() or ".." in path.parts or "\0" in name:
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"file name {name!r} must be valid UTF-8") from None
+        path = posixpath.normpath(name)
+        if name.startswith("/") or "\0" in name or path in (".", "..") or path.startswith("../"):
             raise ValueError(f"file name {name!r} must be a relative path that stays inside the sandbox directory")
+        if any(len(part.encode()) > 255 for part in path.split("/")):
+            raise ValueError(f"file name {name!r} has a part longer than 255 bytes")
+        if path in out:
+            raise ValueError(f"file names {name!r} and another both name {path!r}")
         if not isinstance(content, (str, bytes)):
             raise TypeError(f"file {name!r} must hold str or bytes, got {type(content).__name__}")
+        out[path] = content
+    for path in out:
+        parent = posixpath.dirname(path)
+        while parent:
+            if parent in out:
+                raise ValueError(f"file name {parent!r} is also a folder of {path!r}")
+            parent = posixpath.dirname(parent)
+    return out
 
 
 def _resolve_isolation(isolation) -> str:
@@ -208,7 +239,7 @@ def _resolve_isolation(isolation) -> str:
 
 def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, max_processes, max_file_mb,
          max_output_bytes, isolation) -> ExecResult:
-    _check_args(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes, args, files)
+    _check_limits(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes)
     mode = _resolve_isolation(isolation)
     if not sys.platform.startswith("linux"):
         raise SandboxUnavailable(f"iclr24.sandbox needs Linux (namespaces, resource limits); this is {sys.platform}")
@@ -238,14 +269,17 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
             program = [sys.executable, "-E", "-s", str(base / "launch.py"), kind, name, *args]
             command = [shutil.which("prlimit"), *limits, "--", *program]
             env = _environment(home=str(workdir), tmp=str(workdir / ".tmp"))
-            return _execute(command, workdir, env, (), timeout_s, max_output_bytes, "weak(rlimits,audit-hook)", None)
+            return _execute(command, workdir, env, (), timeout_s, max_output_bytes, max_file_mb,
+                            "weak(rlimits,audit-hook)", None)
         cgroup = RunCgroup.create(memory_mb * 2**20, max_processes + 1) if root else None
         plan = BwrapPlan(workdir, stage_dir=base / "stage", etc_dir=base / "etc", root=root,
                          cgroup_procs=cgroup.procs_files if cgroup else [])
         if root:
             os.chmod(base, 0o711)  # the unprivileged id traverses it to reach work/, etc/ and stage/
-            for path in [workdir, *workdir.rglob("*")]:  # readable, not writable: it is copied in
+            for path in workdir.rglob("*"):  # readable, not writable: it is copied in
                 os.chmod(path, 0o755 if path.is_dir() else 0o644)
+            os.chown(workdir, plan.outside_uid, plan.outside_uid)  # and closed to the host's other users
+            os.chmod(workdir, 0o700)
         # the reaper bubblewrap runs as pid 1 of the namespace counts as one process
         limits.append(f"--nproc={max_processes + 1}")
         program = [sys.executable, "-E", "-s", *(["-m", name] if kind == "module" else [name]), *args]
@@ -264,7 +298,8 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
                                    status_fd=status.fileno(),
                                    seccomp_fd=bpf.fileno() if filter_bytes is not None else None)
             fds = (status.fileno(),) + ((bpf.fileno(),) if filter_bytes is not None else ())
-            result = _execute(command, workdir, env, fds, timeout_s, max_output_bytes, "+".join(layers), cgroup)
+            result = _execute(command, workdir, env, fds, timeout_s, max_output_bytes, max_file_mb, "+".join(layers),
+                              cgroup)
             status.seek(0)
             started = b'"child-pid"' in status.read()
         if not started and not result.timed_out:
@@ -289,51 +324,13 @@ def _environment(home: str, tmp: str) -> dict[str, str]:
             "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 
 
-def _execute(command, workdir, env, pass_fds, timeout_s, max_output_bytes, isolation, cgroup) -> ExecResult:
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                pass_fds=pass_fds, close_fds=True, start_new_session=True)
-        try:
-            timed_out = not _wait(proc, timeout_s)
-        finally:
-            # bubblewrap's --die-with-parent takes the namespace down with its monitor; the
-            # cgroup sweep catches anything else; the group kill is what weak isolation has
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            if cgroup is not None:
-                cgroup.kill_all()
-            proc.wait()
-        duration = time.monotonic() - start
-        stdout, cut_out = _read(out, max_output_bytes)
-        stderr, cut_err = _read(err, max_output_bytes)
+def _execute(command, workdir, env, pass_fds, timeout_s, max_output_bytes, max_file_mb, isolation,
+             cgroup) -> ExecResult:
+    done = execute(command, cwd=workdir, env=env, pass_fds=pass_fds, timeout_s=timeout_s, keep_bytes=max_output_bytes,
+                   max_bytes=max_file_mb * 2**20, kill_all=cgroup.kill_all if cgroup is not None else lambda: None)
     oom = cgroup is not None and cgroup.oom_kills() > 0
-    return ExecResult(stdout, stderr, proc.returncode, timed_out, duration, cut_out or cut_err, isolation, oom)
-
-
-def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Whether ``proc`` ended within ``timeout_s``; woken by a pidfd at once rather than by polling."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # before Linux 5.3: Popen's polling wait
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        return bool(select.select([pidfd], [], [], timeout_s)[0])
-    finally:
-        os.close(pidfd)
-
-
-def _read(f, limit: int) -> tuple[str, bool]:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(0)
-    return f.read(limit).decode("utf-8", errors="replace"), size > limit
+    return ExecResult(done.stdout.decode("utf-8", errors="replace"), done.stderr.decode("utf-8", errors="replace"),
+                      done.returncode, done.timed_out, done.duration, done.truncated, isolation, oom)
 
 
 def _processes_of_this_user() -> int:

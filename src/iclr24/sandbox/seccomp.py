@@ -8,8 +8,11 @@ changes and file handles (``open_by_handle_at``, the classic container escape). 
 already need a capability the sandbox does not have; the filter removes the kernel code paths
 from reach, as Docker's default profile does.
 
-A system call of another ABI (32-bit ``int 0x80`` or x32 on x86-64) kills the process, so the
-numbers below cannot be sidestepped. Only x86-64 and aarch64 are covered: on another
+``socket`` and ``socketpair`` are allowed for Unix, IPv4, IPv6 and netlink sockets only (the
+network namespace contains those); any other family, such as ``AF_VSOCK``, which reaches the
+hypervisor past every namespace, gets ``EAFNOSUPPORT``. A system call of the 32-bit ABI
+(``int 0x80``) kills the process and an x32 one gets ``EPERM``, so the numbers below cannot be
+sidestepped. Only x86-64 and aarch64 are covered: on another
 architecture :func:`seccomp_filter` returns None and the sandbox reports no ``seccomp`` layer.
 """
 
@@ -19,7 +22,7 @@ import errno
 import platform
 import struct
 
-__all__ = ["DENIED_SYSCALLS", "seccomp_filter"]
+__all__ = ["ALLOWED_FAMILIES", "DENIED_SYSCALLS", "SOCKET_CALLS", "seccomp_filter"]
 
 # name: (x86-64, aarch64) numbers, from the kernel's unistd_64.h and asm-generic/unistd.h.
 DENIED_SYSCALLS: dict[str, tuple[int, int]] = {
@@ -37,13 +40,17 @@ DENIED_SYSCALLS: dict[str, tuple[int, int]] = {
     "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
     "syslog": (103, 116), "quotactl": (179, 60), "fanotify_init": (300, 262),
 }
+# socket() and socketpair(): only these address families; the network namespace covers them, while
+# others (AF_VSOCK, for one) reach past it to the hypervisor and the whole machine.
+SOCKET_CALLS = {"socket": (41, 198), "socketpair": (53, 199)}
+ALLOWED_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
 _ARCHES = {"x86_64": (0, 0xC000003E), "amd64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7), "arm64": (1, 0xC00000B7)}
 _X32_SYSCALL_BIT = 0x40000000
 
 # Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
 _RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
-_NR_OFFSET, _ARCH_OFFSET = 0, 4  # struct seccomp_data
+_NR_OFFSET, _ARCH_OFFSET, _ARG0_LOW_OFFSET = 0, 4, 16  # struct seccomp_data (little-endian machines)
 
 
 def seccomp_filter(machine: str | None = None) -> bytes | None:
@@ -55,16 +62,44 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     if arch is None:
         return None
     column, audit_arch = arch
-    numbers = sorted({pair[column] for pair in DENIED_SYSCALLS.values()})
-    program = [(_LD_W_ABS, 0, 0, _ARCH_OFFSET),
-               (_JEQ_K, 1, 0, audit_arch),  # this ABI: go on; any other: kill
-               (_RET_K, 0, 0, _RET_KILL_PROCESS),
-               (_LD_W_ABS, 0, 0, _NR_OFFSET)]
-    checks = [(_JGE_K, _X32_SYSCALL_BIT)] if column == 0 else []
-    checks += [(_JEQ_K, nr) for nr in numbers]
-    deny_at = len(program) + len(checks) + 1  # after the checks and the final allow
-    for op, k in checks:
-        program.append((op, deny_at - len(program) - 1, 0, k))
-    program += [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
-    assert all(0 <= jt <= 255 for _, jt, _, _ in program), "a jump does not fit in eight bits"
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+    # (opcode, jump-if-true label, jump-if-false label, k): labels are resolved to offsets below
+    program: list[tuple[int, str | None, str | None, int]] = [
+        (_LD_W_ABS, None, None, _ARCH_OFFSET),
+        (_JEQ_K, "syscall", "kill", audit_arch),  # another ABI of this machine (int 0x80) is killed
+        ("kill", _RET_K, _RET_KILL_PROCESS),
+        ("syscall", _LD_W_ABS, _NR_OFFSET),
+    ]
+    if column == 0:
+        program.append((_JGE_K, "deny", None, _X32_SYSCALL_BIT))  # x32 system calls on x86-64
+    program += [(_JEQ_K, "deny", None, nr) for nr in sorted({pair[column] for pair in DENIED_SYSCALLS.values()})]
+    program += [(_JEQ_K, "family", None, pair[column]) for pair in SOCKET_CALLS.values()]
+    program += [("allow", _RET_K, _RET_ALLOW),
+                ("deny", _RET_K, _RET_ERRNO | errno.EPERM),
+                ("family", _LD_W_ABS, _ARG0_LOW_OFFSET)]
+    program += [(_JEQ_K, "family allowed", None, family) for family in sorted(ALLOWED_FAMILIES.values())]
+    program += [(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT), ("family allowed", _RET_K, _RET_ALLOW)]
+    return _assemble(program)
+
+
+def _assemble(program: list[tuple]) -> bytes:
+    """Resolve labels to relative jumps and pack each instruction as ``struct sock_filter``.
+
+    An entry is ``(op, jt_label, jf_label, k)`` for a jump, ``(op, k)`` otherwise, optionally led by
+    its own label.
+    """
+    labels, plain = {}, []
+    for index, entry in enumerate(program):
+        if isinstance(entry[0], str):
+            labels[entry[0]] = index
+            entry = entry[1:]
+        plain.append(entry)
+    out = []
+    for index, entry in enumerate(plain):
+        if len(entry) == 2:
+            op, jt, jf, k = entry[0], 0, 0, entry[1]
+        else:
+            op, jt_label, jf_label, k = entry
+            jt, jf = (0 if label is None else labels[label] - index - 1 for label in (jt_label, jf_label))
+            assert 0 <= jt <= 255 and 0 <= jf <= 255, "jumps go forward, by at most 255"
+        out.append(struct.pack("=HBBI", op, jt, jf, k))
+    return b"".join(out)
