@@ -128,17 +128,18 @@ class BwrapPlan:
                 argv += ["--symlink", os.readlink(host), host]
             elif os.path.isdir(host):
                 argv += ["--ro-bind", host, host]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        # the tmpfs first: an interpreter under /tmp (a CI checkout's venv) is then bound inside it, not hidden
+        for target in ("/tmp", "/dev/shm", SANDBOX_DIR):
+            argv += ["--size", str(tmpfs_bytes), "--tmpfs", target]
+        # no pseudo-terminals: every devpts instance draws on one kernel-wide count (kernel.pty.max)
+        argv += ["--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
         for source, target in self.binds:
             argv += ["--ro-bind", source, target]
         argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                  "--ro-bind-try", "/etc/localtime", "/etc/localtime",
                  "--ro-bind", str(self.etc_dir / "passwd"), "/etc/passwd",
-                 "--ro-bind", str(self.etc_dir / "group"), "/etc/group",
-                 "--proc", "/proc", "--dev", "/dev"]
-        for target in ("/tmp", "/dev/shm", SANDBOX_DIR):
-            argv += ["--size", str(tmpfs_bytes), "--tmpfs", target]
-        # no pseudo-terminals: every devpts instance draws on one kernel-wide count (kernel.pty.max)
-        argv += ["--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
+                 "--ro-bind", str(self.etc_dir / "group"), "/etc/group"]
         # the root and /dev are bubblewrap's own tmpfs: read-only once built (not recursive, so
         # the tmpfs mounted on them stay writable; writing to a device node is not writing to /dev)
         argv += ["--ro-bind", str(self.workdir), _INPUT_DIR, "--remount-ro", "/dev", "--remount-ro", "/",
