@@ -185,6 +185,18 @@ def test_run_pytest_needs_files():
         run_pytest([("test_a.py", "def test(): pass")])
 
 
+def test_the_program_may_have_another_file_name_and_pytest_its_arguments():
+    result = run_python("import os, sys\nprint(os.path.basename(sys.argv[0]))", entry="tools/check.py",
+                        files={"main.py": "X = 1"})
+    assert result.ok and result.stdout == "check.py\n"
+    store = {"test_a.py": "def test_a():\n    pass\n", "test_b.py": "def test_b():\n    assert False\n"}
+    assert run_pytest(store, args=["test_a.py"]).ok and not run_pytest(store).ok
+    with pytest.raises(ValueError, match="entry must be a relative path ending in .py, got 'x.txt'"):
+        run_python("pass", entry="x.txt")
+    with pytest.raises(ValueError, match="files must not contain 'x.py': that name holds the program"):
+        run_python("pass", entry="x.py", files={"./x.py": "1"})
+
+
 def test_arguments_from_a_generator_reach_the_program():
     result = run_python("import sys\nprint(sys.argv[1:])", args=(a for a in ["x", "y"]))
     assert result.stdout == "['x', 'y']\n"

@@ -11,4 +11,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "proof_features",
     "sae",
     "tora",
+    "l2mac",
 )

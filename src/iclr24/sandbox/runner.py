@@ -111,8 +111,9 @@ def run_python(
     max_file_mb: int = 16,
     max_output_bytes: int = 100_000,
     isolation: Isolation | None = None,
+    entry: str = "main.py",
 ) -> ExecResult:
-    """Run ``code`` as ``main.py`` in a fresh directory holding ``files``; see the module docstring.
+    """Run ``code`` as ``entry`` (``main.py``) in a fresh directory holding ``files``; see the module docstring.
 
     Parameters
     ----------
@@ -124,7 +125,7 @@ def run_python(
         Memory for the whole run (a cgroup, where the host has one) and address space for each
         process (numpy and friends need a few hundred MB of address space).
     files : dict of relative path to text or bytes, optional
-        Written into the directory first; ``main.py`` is the program and cannot be given here.
+        Written into the directory first; ``entry`` is the program and cannot be given here.
     args : tuple of str
         Command-line arguments for the program.
     max_processes : int
@@ -135,24 +136,33 @@ def run_python(
         Output kept per stream.
     isolation : {"strong", "weak"}, optional
         Default: ``$ICLR24_SANDBOX``, else ``"strong"``. ``"weak"`` is an explicit opt-out.
+    entry : str
+        The file name the program is written to and run as (a relative ``.py`` path).
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be a str, got {type(code).__name__}")
     files = _check_files(files if files is not None else {})
-    if "main.py" in files:
-        raise ValueError("files must not contain 'main.py': that name holds the program given as code")
-    return _run(("script", "main.py"), _check_argv(args), {"main.py": code, **files}, timeout_s=timeout_s,
+    entry = next(iter(_check_files({entry: ""}))) if isinstance(entry, str) else entry
+    if not isinstance(entry, str) or not entry.endswith(".py"):
+        raise ValueError(f"entry must be a relative path ending in .py, got {entry!r}")
+    if entry in files:
+        raise ValueError(f"files must not contain {entry!r}: that name holds the program given as code")
+    return _run(("script", entry), _check_argv(args), {entry: code, **files}, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
                 max_output_bytes=max_output_bytes, isolation=isolation)
 
 
 def run_pytest(files: Mapping[str, str | bytes], *, timeout_s: float = 60.0, memory_mb: int = 1024,
-               max_output_bytes: int = 100_000, isolation: Isolation | None = None) -> ExecResult:
-    """Run ``pytest -q`` over a file store (``{"app.py": ..., "test_app.py": ...}``) in the sandbox."""
+               max_output_bytes: int = 100_000, isolation: Isolation | None = None,
+               args: Iterable[str] = ()) -> ExecResult:
+    """Run ``pytest -q`` over a file store (``{"app.py": ..., "test_app.py": ...}``) in the sandbox.
+
+    ``args`` go to pytest after ``-q`` (e.g. the test files to run, ``-x``).
+    """
     files = _check_files(files)
     if not files:
         raise ValueError("files must hold at least one file to test")
-    return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider"), files, timeout_s=timeout_s,
+    return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider", *_check_argv(args)), files, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=16, max_file_mb=16, max_output_bytes=max_output_bytes,
                 isolation=isolation)
 
