@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from iclr24.core.checks import check_int
 from iclr24.l2mac import prompts
 from iclr24.l2mac.filestore import FileStore
-from iclr24.l2mac.tools import STEP_TOOLS, CheckResult, Toolbox, ToolCallError, parse_tool_call, tool_signatures
+from iclr24.l2mac.tools import STEP_TOOLS, TOOLS, CheckResult, Toolbox, ToolCallError, parse_tool_call, tool_signatures
 
 __all__ = ["L2MAC", "Codebase", "SingleContext", "StepLog", "detect_cycle"]
 
@@ -90,19 +90,30 @@ class _Agent:
         self.llm, self.context_tokens, self.reply_tokens, self.timeout_s = llm, context_tokens, reply_tokens, timeout_s
 
     def tokens(self, messages: list[dict]) -> int:
-        return sum(len(self.llm.tokenize(m["content"])) + 4 for m in messages)  # 4: role and separators
+        """The messages' length in the model's tokens (4 more a message: role and separators); over HTTP,
+        where there is no tokenizer, an estimate of 4 characters a token."""
+        try:
+            return sum(len(self.llm.tokenize(m["content"])) + 4 for m in messages)
+        except NotImplementedError:
+            return sum(len(m["content"]) // 4 + 5 for m in messages)
 
     def overflowed(self, messages: list[dict]) -> bool:
         return self.context_tokens - self.tokens(messages) < self.min_reply_tokens
 
     def _generate(self, messages: list[dict], codebase: Codebase, step: int, kind: str, temperature: float = 0.0,
-                  max_tokens: int | None = None):
-        """One call; the reply gets the room left in the context, at most ``reply_tokens``."""
+                  max_tokens: int | None = None, tools: tuple[str, ...] = (), force: str | None = None):
+        """One call; the reply gets the room left in the context, at most ``reply_tokens``. Where the backend
+        has native tool calls (``generate_with_tools``: the openai one) ``tools`` go there; else the prompt
+        lists them and the call is JSON in the reply's text."""
         used = self.tokens(messages)
         codebase.trace.append({"step": step, "kind": kind, "context_tokens": used,
                                "store_chars": codebase.files.size_chars()})
-        room = min(max_tokens or self.reply_tokens, self.context_tokens - used)
-        return self.llm.generate(list(messages), max_tokens=max(1, room), temperature=temperature,
+        room = max(1, min(max_tokens or self.reply_tokens, self.context_tokens - used))
+        native = getattr(self.llm, "generate_with_tools", None) if tools else None
+        if native is not None:
+            return native(list(messages), {name: TOOLS[name] for name in tools}, max_tokens=room,
+                          temperature=temperature, seed=len(codebase.trace), force=force)
+        return self.llm.generate(list(messages), max_tokens=room, temperature=temperature,
                                  seed=len(codebase.trace))[0]
 
     def _parse(self, completion, log: StepLog, messages: list[dict]):
@@ -182,7 +193,8 @@ class L2MAC(_Agent):
                     {"role": "user", "content": first["content"] + "\n" + prompts.PLAN.format(
                         max_steps=self.max_steps)}]
         for _ in range(2):
-            reply = self._generate(messages, codebase, step=-1, kind="plan").text
+            reply = self._generate(messages, codebase, step=-1, kind="plan", tools=("write_plan",),
+                                   force="write_plan").text
             try:
                 steps = [s.strip() for s in parse_tool_call(reply, ("write_plan",)).arguments["steps"] if s.strip()]
                 if steps:
@@ -222,7 +234,7 @@ class L2MAC(_Agent):
             log.calls += 1
             attempt_calls += 1
             reply = self._generate(messages, codebase, log.index, "summary" if finishing else "step",
-                                   self.temperature)
+                                   self.temperature, tools=() if finishing else STEP_TOOLS)
             messages.append({"role": "assistant", "content": reply.text})
             if finishing:  # step 4: the summary the next step receives
                 log.status, log.summary = "complete", reply.text.strip()
@@ -291,7 +303,7 @@ class SingleContext(_Agent):
                 log.status = "context_full"
                 break
             log.calls += 1
-            reply = self._generate(messages, codebase, 0, "step")
+            reply = self._generate(messages, codebase, 0, "step", tools=STEP_TOOLS)
             messages.append({"role": "assistant", "content": reply.text})
             call = self._parse(reply, log, messages)
             if call is None:

@@ -172,4 +172,12 @@ class LoggedModel:
                 f.write(json.dumps(record) + "\n")
 
     def __getattr__(self, name: str) -> Callable:
-        return getattr(self.model, name)
+        attr = getattr(self.model, name)
+        if name == "generate_with_tools":  # native tool calls (the openai backend) are logged like generate
+            def logged(messages, tools, **kwargs):
+                start = time.time()
+                output = attr(messages, tools, **kwargs)
+                self._write([(start, messages, {**kwargs, "tools": sorted(tools)}, [output])])
+                return output
+            return logged
+        return attr

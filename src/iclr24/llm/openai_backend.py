@@ -8,6 +8,7 @@ vocabulary: methods that need exact next-token distributions (EFT) must use a lo
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Sequence
@@ -49,24 +50,61 @@ class OpenAIModel:
         common = {"model": self.name, "max_tokens": max_tokens, "temperature": temperature, "n": n,
                   **({"stop": list(stop)} if stop else {}), **({"seed": seed} if seed is not None else {})}
         start = time.perf_counter()
-        try:
+
+        def request():
             if isinstance(prompt, str):
                 response = self.client.completions.create(prompt=prompt, **common)
-                texts = [c.text for c in response.choices]
-            else:
-                response = self.client.chat.completions.create(messages=list(prompt), **common)
-                texts = [c.message.content or "" for c in response.choices]
-        except self._openai.AuthenticationError as err:
-            raise PermissionError(f"the server at {self.client.base_url} refused the API key "
-                                  f"(set $OPENAI_API_KEY): {err}") from err
-        except self._openai.APIConnectionError as err:
-            raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
+                return response, [c.text for c in response.choices]
+            response = self.client.chat.completions.create(messages=list(prompt), **common)
+            return response, [c.message.content or "" for c in response.choices]
+
+        response, texts = self._call(request)
         duration = time.perf_counter() - start
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         per_choice = (usage.completion_tokens // max(1, n)) if usage else 0
         return [Completion(text, choice.finish_reason or "stop", prompt_tokens, per_choice, duration)
                 for text, choice in zip(texts, response.choices)]
+
+    def generate_with_tools(self, messages: Sequence[dict], tools: dict[str, tuple[str, dict]], *,
+                            max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None,
+                            force: str | None = None) -> Completion:
+        """One chat reply in which the model may call one of ``tools`` (name -> (description, JSON schema)) through
+        the server's native function calling; ``force`` names a tool it must call. A call comes back as the text
+        ``{"tool": NAME, "arguments": {...}}`` (what :func:`iclr24.l2mac.parse_tool_call` reads); a reply
+        without one as its plain content."""
+        check_generate_args(max_tokens, temperature, 1)
+        specs = [{"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+                 for name, (description, schema) in tools.items()]
+        choice = {"type": "function", "function": {"name": force}} if force else "auto"
+        start = time.perf_counter()
+        response = self._call(lambda: self.client.chat.completions.create(
+            model=self.name, messages=list(messages), tools=specs, tool_choice=choice, max_tokens=max_tokens,
+            temperature=temperature, **({"seed": seed} if seed is not None else {})))
+        message = response.choices[0].message
+        if message.tool_calls:
+            call = message.tool_calls[0].function
+            try:
+                arguments = json.loads(call.arguments or "{}")
+            except json.JSONDecodeError:  # left for the caller's repairs, as the model wrote it
+                text = f'{{"tool": {json.dumps(call.name)}, "arguments": {call.arguments}}}'
+            else:
+                text = json.dumps({"tool": call.name, "arguments": arguments})
+        else:
+            text = message.content or ""
+        usage = response.usage
+        finish = "length" if response.choices[0].finish_reason == "length" else "stop"
+        return Completion(text, finish, usage.prompt_tokens if usage else 0,
+                          usage.completion_tokens if usage else 0, time.perf_counter() - start)
+
+    def _call(self, request):
+        try:
+            return request()
+        except self._openai.AuthenticationError as err:
+            raise PermissionError(f"the server at {self.client.base_url} refused the API key "
+                                  f"(set $OPENAI_API_KEY): {err}") from err
+        except self._openai.APIConnectionError as err:
+            raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256, stop: Sequence[str] = (),
                        temperature: float = 0.0, seed: int | None = None) -> list[Completion]:

@@ -1,0 +1,79 @@
+"""L2MAC over an OpenAI-compatible server's native tool calls, against a local stub server."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from iclr24.l2mac import L2MAC
+from iclr24.llm import LoggedModel, get_model
+
+pytest.importorskip("openai")
+
+LIB = "def f(x):\n    return 2 * x\n"
+TEST = "from lib import f\n\ndef test_f():\n    assert f(3) == 6\n"
+
+
+class _Server(BaseHTTPRequestHandler):
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Server.requests.append(body)
+        tools = [t["function"]["name"] for t in body.get("tools", [])]
+        last = body["messages"][-1]["content"]
+        if not tools:
+            message = {"role": "assistant", "content": "lib.py holds f and its test."}
+        elif tools == ["write_plan"]:
+            message = self._call("write_plan", {"steps": ["Write lib.py with f(x) = 2x and a test."]})
+        elif "lib.py" not in last.split("Files")[-1]:
+            message = self._call("write_files", {"files": [{"path": "lib.py", "contents": LIB},
+                                                           {"path": "test_lib.py", "contents": TEST}]})
+        else:
+            message = self._call("step_complete", {})
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        self._send({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+    @staticmethod
+    def _call(name, arguments):
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+    def _send(self, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    _Server.requests = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+
+
+def test_l2mac_uses_native_tool_calls_where_the_backend_has_them(server, tmp_path):
+    model = get_model("openai", model="stub", base_url=server, api_key="k", max_retries=0)
+    llm = LoggedModel(model, tmp_path / "calls.jsonl")  # no tokenizer over HTTP: the loop estimates
+    codebase = L2MAC(llm, context_tokens=4000).run("Write lib.py with f(x) = 2x.")
+    assert codebase.plan == ["Write lib.py with f(x) = 2x and a test."]
+    assert codebase.steps[0].status == "complete" and codebase.steps[0].summary == "lib.py holds f and its test."
+    assert codebase.files["lib.py"] == LIB and codebase.final_check.passed
+    plan, first_step, *_, summary = _Server.requests
+    assert plan["tool_choice"] == {"type": "function", "function": {"name": "write_plan"}}
+    assert first_step["tool_choice"] == "auto" and "write_files" in [t["function"]["name"] for t in first_step["tools"]]
+    assert first_step["tools"][0]["function"]["parameters"]["required"] == ["files"]  # the JSON schema travels
+    assert "tools" not in summary  # the summary is plain text
+    logged = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert len(logged) == len(_Server.requests) and logged[0]["kwargs"]["tools"] == ["write_plan"]
