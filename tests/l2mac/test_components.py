@@ -5,8 +5,7 @@ import json
 import pytest
 
 from iclr24.l2mac import FileStore, Toolbox, ToolCallError, parse_tool_call
-from iclr24.l2mac.l2mac import tool_call_text
-from iclr24.l2mac.tools import ToolCall, tool_signatures
+from iclr24.l2mac.tools import ToolCall, tool_call_text, tool_signatures
 
 # --- the file store -------------------------------------------------------------------------------
 

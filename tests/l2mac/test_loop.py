@@ -11,8 +11,8 @@ import pytest
 
 from iclr24.l2mac import BOOKSHOP, L2MAC, SimulatedCoder, SingleContext, detect_cycle, prompts
 from iclr24.l2mac.evaluate import features_percent
-from iclr24.l2mac.l2mac import tool_call_text
 from iclr24.l2mac.simulated import render_module, render_tests
+from iclr24.l2mac.tools import tool_call_text
 from iclr24.llm.scripted import ScriptedModel
 
 BUGGY = "def f(x):\n    return x + 1\n"

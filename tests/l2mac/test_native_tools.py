@@ -1,13 +1,12 @@
 """L2MAC over an OpenAI-compatible server's native tool calls, against a local stub server."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from iclr24.l2mac import L2MAC
 from iclr24.llm import LoggedModel, get_model
+from tests.http_stub import JSONHandler, serving
 
 pytest.importorskip("openai")
 
@@ -15,7 +14,7 @@ LIB = "def f(x):\n    return 2 * x\n"
 TEST = "from lib import f\n\ndef test_f():\n    assert f(3) == 6\n"
 
 
-class _Server(BaseHTTPRequestHandler):
+class _Server(JSONHandler):
     requests: list = []
 
     def do_POST(self):  # noqa: N802
@@ -33,7 +32,7 @@ class _Server(BaseHTTPRequestHandler):
         else:
             message = self._call("step_complete", {})
         finish = "tool_calls" if message.get("tool_calls") else "stop"
-        self._send({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+        self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
 
@@ -42,25 +41,12 @@ class _Server(BaseHTTPRequestHandler):
         return {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
 
-    def _send(self, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture
 def server():
     _Server.requests = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
+    with serving(_Server) as url:
+        yield url
 
 
 def test_l2mac_uses_native_tool_calls_where_the_backend_has_them(server, tmp_path):

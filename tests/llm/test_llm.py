@@ -1,12 +1,11 @@
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
 
 from iclr24.llm import LoggedModel, apply_stop, get_model
 from iclr24.llm.scripted import ScriptedModel
+from tests.http_stub import JSONHandler, serving
 
 
 def test_apply_stop_cuts_at_the_earliest_stop():
@@ -48,7 +47,7 @@ def test_logged_model_writes_every_call(tmp_path):
 # --- the OpenAI-compatible backend against a local stub server ---------------------------------------------
 
 
-class _Stub(BaseHTTPRequestHandler):
+class _Stub(JSONHandler):
     requests: list = []
     fail_first = 0
     status = 200
@@ -75,25 +74,12 @@ class _Stub(BaseHTTPRequestHandler):
                          "choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": 2 * n,
                                                        "total_tokens": 5 + 2 * n}})
 
-    def _send(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture
 def stub():
     _Stub.requests, _Stub.fail_first, _Stub.status = [], 0, 200
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serving(_Stub) as url:
+        yield url
 
 
 def test_openai_backend_chat_and_text(stub):

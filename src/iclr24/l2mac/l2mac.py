@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -129,6 +128,16 @@ class _Agent:
             return None
         log.tool_calls[call.name] = log.tool_calls.get(call.name, 0) + 1
         return call
+
+    def _check_step(self, toolbox: Toolbox, log: StepLog, messages: list[dict],
+                    enabled: bool = True) -> CheckResult:
+        """Step 4's check on ``step_complete``; a failure goes back to the model with a request to fix it."""
+        check = toolbox.check() if enabled else _UNCHECKED
+        if not check.passed:
+            log.failed_checks += 1
+            messages.append({"role": "user", "content": prompts.FIX.format(report=check.report,
+                                                                           files=toolbox.store.list())})
+        return check
 
     def _system(self, tools) -> dict:
         return {"role": "system", "content": prompts.SYSTEM.format(tools=tool_signatures(tools))}
@@ -243,14 +252,10 @@ class L2MAC(_Agent):
             if call is None:
                 continue
             if call.name == "step_complete":  # step 4: the check
-                check = toolbox.check() if self.enable_tests else _UNCHECKED
+                check = self._check_step(toolbox, log, messages, self.enable_tests)
                 if check.passed:
                     messages.append({"role": "user", "content": check.report + "\n" + prompts.SUMMARISE})
                     finishing = True
-                else:
-                    log.failed_checks += 1
-                    messages.append({"role": "user", "content": prompts.FIX.format(report=check.report,
-                                                                                   files=files.list())})
                 continue
             result = toolbox(call)  # step 3 (a write reports the checks' result, as officially)
             messages.append({"role": "user", "content": f"Result of {call.name}:\n{result}\n" +
@@ -309,13 +314,9 @@ class SingleContext(_Agent):
             if call is None:
                 continue
             if call.name == "step_complete":
-                check = toolbox.check()
-                if check.passed:
+                if self._check_step(toolbox, log, messages).passed:
                     log.status = "complete"
                     break
-                log.failed_checks += 1
-                messages.append({"role": "user", "content": prompts.FIX.format(report=check.report,
-                                                                               files=codebase.files.list())})
                 continue
             messages.append({"role": "user", "content": f"Result of {call.name}:\n{toolbox(call)}\n"
                                                         f"Files: {codebase.files.list()}."})
@@ -324,8 +325,3 @@ class SingleContext(_Agent):
         codebase.final_check = toolbox.check()
         codebase.isolation = toolbox.isolation
         return codebase
-
-
-def tool_call_text(tool: str, **arguments) -> str:
-    """A tool call as a model writes it (used by the simulated coder and in tests)."""
-    return "```json\n" + json.dumps({"tool": tool, "arguments": arguments}, indent=1) + "\n```"

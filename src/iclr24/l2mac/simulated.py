@@ -17,8 +17,8 @@ import zlib
 from collections.abc import Sequence
 
 from iclr24.l2mac import prompts
-from iclr24.l2mac.l2mac import tool_call_text
 from iclr24.l2mac.tasks import CodingTask, Module
+from iclr24.l2mac.tools import tool_call_text
 from iclr24.llm.base import Capabilities, Completion, check_generate_args
 
 __all__ = ["SimulatedCoder", "render_module", "render_tests"]

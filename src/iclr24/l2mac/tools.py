@@ -18,7 +18,8 @@ from typing import Any
 
 from iclr24.l2mac.filestore import FileStore
 
-__all__ = ["TOOLS", "CheckResult", "ToolCall", "ToolCallError", "Toolbox", "parse_tool_call", "tool_signatures"]
+__all__ = ["TOOLS", "CheckResult", "ToolCall", "ToolCallError", "Toolbox", "parse_tool_call", "tool_call_text",
+           "tool_signatures"]
 
 _FILES = {"type": "array", "items": {"type": "string"}}
 #: name -> (description, JSON schema of the arguments). ``write_plan`` is only offered for the plan.
@@ -83,6 +84,15 @@ def _type_name(spec: dict) -> str:
     if spec["type"] == "object":
         return "{" + ", ".join(f"{k}: {_type_name(v)}" for k, v in spec["properties"].items()) + "}"
     return spec["type"]
+
+
+def tool_call_text(tool: str, **arguments) -> str:
+    """A tool call as a model writes it in text, the form :func:`parse_tool_call` reads.
+
+    >>> tool_call_text("list_files")
+    '```json\\n{\\n "tool": "list_files",\\n "arguments": {}\\n}\\n```'
+    """
+    return "```json\n" + json.dumps({"tool": tool, "arguments": arguments}, indent=1) + "\n```"
 
 
 def parse_tool_call(text: str, allowed=STEP_TOOLS) -> ToolCall:

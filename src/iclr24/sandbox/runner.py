@@ -177,6 +177,8 @@ def probe_isolation(isolation: Isolation | None = None) -> str:
 
 # --- checks -------------------------------------------------------------------------------------
 
+# Not iclr24.core.checks.check_int: the sandbox imports only the standard library (core imports torch),
+# so it starts fast and can be run inside itself (tests/sandbox/test_attacks.py), and it needs an upper bound.
 def _check_int(name: str, value, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r}")
