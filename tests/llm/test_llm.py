@@ -62,17 +62,23 @@ class _Stub(JSONHandler):
             return self._send(_Stub.status, {"error": {"message": "bad key", "type": "invalid_request_error"}})
         n = body.get("n", 1)
         if self.path.endswith("/chat/completions"):
-            choices = [{"index": i, "message": {"role": "assistant", "content": f"chat {i}"}, "finish_reason": "stop"}
-                       for i in range(n)]
+            # choice i says "chat" and i + 1 more tokens: a different length per choice
+            choices = [{"index": i, "message": {"role": "assistant", "content": "chat" + " x" * (i + 1)},
+                        "finish_reason": "stop",
+                        "logprobs": {"content": [{"token": t, "logprob": -0.5 * k, "top_logprobs": []}
+                                                 for k, t in enumerate(["chat"] + [" x"] * (i + 1))]}
+                        if body.get("logprobs") else None} for i in range(n)]
+            used = sum(i + 2 for i in range(n))
         else:
             top = {" Paris": -0.1, " Lyon": -2.5} if body.get("logprobs") else None
             echo = body["prompt"] if str(body.get("prompt", "")).startswith("echo") else None
+            used = 2 * n
             choices = [{"index": i, "text": echo or f"text {i}", "finish_reason": "length",
                         "logprobs": {"tokens": [" Paris"], "token_logprobs": [-0.1], "top_logprobs": [top],
                                      "text_offset": [0]} if top else None} for i in range(n)]
         self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                         "choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": 2 * n,
-                                                       "total_tokens": 5 + 2 * n}})
+                         "choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": used,
+                                                       "total_tokens": 5 + used}})
 
 
 @pytest.fixture
@@ -85,7 +91,8 @@ def stub():
 def test_openai_backend_chat_and_text(stub):
     model = get_model("openai", model="local", base_url=stub, api_key="k", max_retries=0)
     chat = model.generate([{"role": "user", "content": "hi"}], max_tokens=8, stop=["\n"], seed=3, n=2)
-    assert [c.text for c in chat] == ["chat 0", "chat 1"] and chat[0].prompt_tokens == 5
+    assert [c.text for c in chat] == ["chat x", "chat x x"] and chat[0].prompt_tokens == 5
+    assert chat[0].logprobs is None and model.capabilities.chat_template
     text, = model.generate("Once", max_tokens=4)
     assert (text.text, text.finish_reason) == ("text 0", "length")
     (path, body), _ = _Stub.requests
@@ -93,6 +100,62 @@ def test_openai_backend_chat_and_text(stub):
     assert not model.capabilities.full_logits
     with pytest.raises(NotImplementedError, match="top 20 logprobs"):
         model.next_token_logprobs([1, 2])
+
+
+def test_openai_backend_top_p_system_and_per_token_logprobs(stub):
+    model = get_model("openai", model="local", base_url=stub, max_retries=0)
+    a, b = model.generate([{"role": "user", "content": "hi"}], system="Be brief.", top_p=0.9, temperature=0.7,
+                          n=2, logprobs=True)
+    body = _Stub.requests[-1][1]
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."} and body["top_p"] == 0.9
+    assert body["logprobs"] is True
+    assert a.tokens == ("chat", " x") and a.logprobs == (0.0, -0.5) and b.logprobs == (0.0, -0.5, -1.0)
+    assert (a.completion_tokens, b.completion_tokens) == (2, 3)  # each choice's own count, not 4 / 2 each
+    text, = model.generate("Once", logprobs=True)
+    assert _Stub.requests[-1][1]["logprobs"] == 1 and (text.tokens, text.logprobs) == ((" Paris",), (-0.1,))
+    assert "top_p" not in _Stub.requests[-1][1]  # the default is not sent: some servers reject it
+    with pytest.raises(ValueError, match="system needs a chat prompt"):
+        model.generate("Once", system="Be brief.")
+    with pytest.raises(ValueError, match=r"top_p must be a number in \(0, 1\], got 0"):
+        model.generate("Once", top_p=0)
+
+
+def test_openai_backend_splits_usage_by_length_when_the_server_counts_only_the_total(stub):
+    model = get_model("openai", model="local", base_url=stub, max_retries=0)
+    a, b = model.generate([{"role": "user", "content": "hi"}], n=2)  # "chat x" and "chat x x"
+    assert (a.completion_tokens, b.completion_tokens) == (2, 3)  # 5 in all, shared 6 : 8, not 2.5 each
+
+
+def test_openai_backend_without_a_chat_template_refuses_messages(stub):
+    from iclr24.tora import ToRASolver
+
+    model = get_model("openai", model="local", base_url=stub, max_retries=0, chat=False)
+    assert not model.capabilities.chat_template
+    with pytest.raises(ValueError, match="chat=False: pass a text prompt"):
+        model.generate([{"role": "user", "content": "hi"}])
+    assert ToRASolver(model).layout == "text"
+    chat_model = get_model("openai", model="local", base_url=stub, max_retries=0)
+    solver = ToRASolver(chat_model)
+    solver.solve("What is 2 + 2?")
+    assert solver.layout == "messages" and _Stub.requests[-1][0] == "/v1/chat/completions"
+
+
+def test_litellm_style_names_reach_the_openai_backend(stub):
+    assert get_model("openai/gpt-4o-mini", base_url=stub).name == "gpt-4o-mini"
+    assert get_model("hosted_vllm/Qwen/Qwen2.5-7B-Instruct", base_url=stub).name == "Qwen/Qwen2.5-7B-Instruct"
+    assert get_model("openai:local", base_url=stub).name == "local"
+    with pytest.raises(ValueError, match="unknown language-model backend 'anthropic/claude'"):
+        get_model("anthropic/claude")
+
+
+def test_nucleus_keeps_the_smallest_set_reaching_top_p():
+    from iclr24.llm.base import nucleus
+
+    probs = torch.tensor([[0.2, 0.5, 0.3]])
+    assert torch.allclose(nucleus(probs, 0.6), torch.tensor([[0.0, 0.625, 0.375]]))
+    assert torch.allclose(nucleus(probs, 0.5), torch.tensor([[0.0, 1.0, 0.0]]))
+    assert torch.allclose(nucleus(probs, 1e-9), torch.tensor([[0.0, 1.0, 0.0]]))  # at least one token
+    assert nucleus(probs, 1.0) is probs
 
 
 def test_openai_backend_batch_keeps_order_and_seeds(stub):
@@ -189,6 +252,42 @@ def test_generate_batch_falls_back_to_one_call_per_prompt(tmp_path):
     assert [c["seed"] for c in llm.model.calls] == [4, 5]
     assert len((tmp_path / "calls.jsonl").read_text().splitlines()) == 2
     assert format_chat(llm, [{"role": "user", "content": "hi"}]) is None
+
+
+def test_embedded_logprobs_are_the_models_own_and_cover_the_text(embedded):
+    prompt = "The capital of France is"
+    greedy, = embedded.generate(prompt, max_tokens=5, logprobs=True)
+    assert "".join(greedy.tokens) == greedy.text and len(greedy.logprobs) == len(greedy.tokens)
+    first = embedded.tokenize(greedy.tokens[0])
+    assert greedy.logprobs[0] == pytest.approx(float(embedded.next_token_logprobs(embedded.tokenize(prompt))[first[0]]),
+                                               abs=1e-5)
+    # greedy picks the most likely token: nothing else beats it
+    assert greedy.logprobs[0] == pytest.approx(float(embedded.next_token_logprobs(embedded.tokenize(prompt)).max()),
+                                               abs=1e-5)
+    cut, = embedded.generate(prompt, max_tokens=5, stop=["."], logprobs=True)
+    assert "".join(cut.tokens).startswith(cut.text) and len(cut.tokens) < len(greedy.tokens) + 1
+
+
+def test_embedded_top_p_near_zero_is_greedy(embedded):
+    from iclr24.llm import generate_batch
+
+    prompts = ["2 + 2 =", "The sky is"]
+    greedy = [c.text for c in generate_batch(embedded, prompts, max_tokens=6)]
+    nucleus_only = [c.text for c in generate_batch(embedded, prompts, max_tokens=6, temperature=1.5, top_p=1e-9,
+                                                   seed=0)]
+    assert nucleus_only == greedy
+    assert embedded.generate(prompts[0], max_tokens=6, temperature=1.5, top_p=1e-9, seed=0)[0].text == greedy[0]
+
+
+
+def test_embedded_system_message_replaces_the_templates_default(embedded):
+    from iclr24.llm import with_system
+
+    hi = [{"role": "user", "content": "hi"}]
+    rendered = embedded.format_chat(with_system(hi, "Answer in French."))
+    assert "Answer in French." in rendered and "Answer in French." not in embedded.format_chat(hi)
+    chat, = embedded.generate(hi, max_tokens=4, system="Answer in French.")
+    assert chat.prompt_tokens == len(embedded.tokenize(rendered))
 
 
 def test_embedded_format_chat_ends_at_the_assistant_turn(embedded):

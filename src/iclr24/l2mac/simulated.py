@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from iclr24.l2mac import prompts
 from iclr24.l2mac.tasks import CodingTask, Module
 from iclr24.l2mac.tools import tool_call_text
-from iclr24.llm.base import Capabilities, Completion, check_generate_args
+from iclr24.llm.base import Capabilities, Completion, check_generate_args, with_system
 
 __all__ = ["SimulatedCoder", "render_module", "render_tests"]
 
@@ -58,10 +58,13 @@ class SimulatedCoder:
 
     # --- the LanguageModel protocol ---------------------------------------------------------------
     def generate(self, prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
-                 seed: int | None = None, n: int = 1) -> list[Completion]:
-        check_generate_args(max_tokens, temperature, n)
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False) -> list[Completion]:
+        """A scripted reply; ``logprobs`` is not available from a simulation (``Completion.logprobs`` is None)."""
+        check_generate_args(max_tokens, temperature, n, top_p)
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
+        prompt = with_system(prompt, system)
         text = self._reply(list(prompt))
         tokens = list(_TOKEN.finditer(text))
         finish = "stop"

@@ -3,10 +3,13 @@
     from iclr24.llm import get_model
     llm = get_model()                       # $ICLR24_LLM, else "embedded" (SmolLM2-135M-Instruct, CPU, offline)
     llm.generate([{"role": "user", "content": "2 + 2 = ?"}], max_tokens=16)[0].text
+    llm.generate("The capital of France is", max_tokens=4, logprobs=True)[0].logprobs   # per generated token
     llm.next_token_logprobs(llm.tokenize("The capital of France is"))   # full vocabulary (local backends)
 
 Backends: ``embedded`` (default), ``hf`` (a local checkpoint folder), ``openai`` (any
-OpenAI-compatible server), ``scripted`` (tests only). ``LoggedModel`` records every call;
+OpenAI-compatible server; litellm-style ``openai/MODEL`` names work too), ``scripted`` (tests only).
+``generate`` takes ``temperature``, ``top_p``, ``seed``, ``n``, ``stop``, ``system`` (chat prompts)
+and ``logprobs``. ``LoggedModel`` records every call;
 ``generate_batch(llm, prompts)`` decodes many prompts together where the backend can, and
 ``format_chat(llm, messages)`` renders chat messages into the text a model continues.
 """
@@ -21,7 +24,8 @@ from iclr24.llm.base import (
     format_chat,
     generate_batch,
     get_model,
+    with_system,
 )
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "format_chat",
-           "generate_batch", "get_model"]
+           "generate_batch", "get_model", "with_system"]

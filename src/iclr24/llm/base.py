@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
-           "format_chat", "generate_batch", "get_model"]
+           "format_chat", "generate_batch", "get_model", "with_system"]
 
 Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
 
@@ -35,11 +35,20 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Completion:
+    """One generated text.
+
+    ``tokens`` and ``logprobs`` (with ``generate(..., logprobs=True)`` on a backend that has them):
+    the generated tokens as text and log p(token | everything before it) under the model, before
+    any temperature or top-p reshaping; None otherwise.
+    """
+
     text: str
     finish_reason: str  # "stop" (a stop string or end of sequence) or "length"
     prompt_tokens: int
     completion_tokens: int
     duration_s: float
+    tokens: tuple[str, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
 
 
 @runtime_checkable
@@ -50,7 +59,8 @@ class LanguageModel(Protocol):
     capabilities: Capabilities
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
-                 seed: int | None = None, n: int = 1) -> list[Completion]: ...
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False) -> list[Completion]: ...
 
     def next_token_logprobs(self, token_ids: Sequence[int]) -> Any: ...
 
@@ -65,13 +75,45 @@ def apply_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
-def check_generate_args(max_tokens: int, temperature: float, n: int) -> None:
+def check_generate_args(max_tokens: int, temperature: float, n: int, top_p: float = 1.0) -> None:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
+
+
+def with_system(prompt: Prompt, system: str | None) -> Prompt:
+    """``prompt`` with ``system`` as its first message (replacing a system message already there).
+
+    A text prompt is continued exactly as written, so it has no place for a system message.
+    """
+    if system is None:
+        return prompt
+    if not isinstance(system, str):
+        raise TypeError(f"system must be a string, got {type(system).__name__}")
+    if isinstance(prompt, str):
+        raise ValueError("system needs a chat prompt (a list of {'role', 'content'} messages); a text prompt is "
+                         "continued as written: put the instruction in the text instead")
+    messages = [m for m in prompt if m.get("role") != "system"]
+    return [{"role": "system", "content": system}, *messages]
+
+
+def nucleus(probs, top_p: float):
+    """Top-p (nucleus) filtering of probability rows ``(..., vocab)``: keep the most likely tokens whose
+    mass first reaches ``top_p`` (at least one), renormalised."""
+    if top_p >= 1:
+        return probs
+    import torch
+
+    sorted_probs, order = probs.sort(-1, descending=True)
+    drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p  # mass before this token already reaches top_p
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return kept / kept.sum(-1, keepdim=True)
 
 
 def format_chat(model: LanguageModel, messages: Sequence[dict[str, str]]) -> str | None:
@@ -91,18 +133,21 @@ def format_chat(model: LanguageModel, messages: Sequence[dict[str, str]]) -> str
 
 
 def generate_batch(model: LanguageModel, prompts: Sequence[Prompt], *, max_tokens: int = 256,
-                   stop: Sequence[str] = (), temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
+                   stop: Sequence[str] = (), temperature: float = 0.0, seed: int | None = None,
+                   top_p: float = 1.0) -> list[Completion]:
     """One completion per prompt: through the backend's own ``generate_batch`` where it has one (local
     transformers models decode a batch together), else one ``generate`` call per prompt.
 
     >>> [c.text for c in generate_batch(get_model("scripted", outputs=["a", "b"]), ["1", "2"])]
     ['a', 'b']
     """
-    check_generate_args(max_tokens, temperature, 1)
+    check_generate_args(max_tokens, temperature, 1, top_p)
     prompts = list(prompts)
+    nucleus_arg = {} if top_p == 1 else {"top_p": top_p}  # backends written before top_p still work at 1
     if hasattr(model, "generate_batch"):
-        return model.generate_batch(prompts, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed)
-    return [model.generate(p, max_tokens=max_tokens, stop=stop, temperature=temperature,
+        return model.generate_batch(prompts, max_tokens=max_tokens, stop=stop, temperature=temperature, seed=seed,
+                                    **nucleus_arg)
+    return [model.generate(p, max_tokens=max_tokens, stop=stop, temperature=temperature, **nucleus_arg,
                            seed=None if seed is None else seed + i)[0] for i, p in enumerate(prompts)]
 
 
@@ -116,18 +161,28 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
 }
 
 
+#: litellm-style ``provider/model`` prefixes served by an OpenAI-compatible endpoint (set ``base_url``).
+LITELLM_PROVIDERS = {"openai": "openai", "hosted_vllm": "openai", "text-completion-openai": "openai"}
+
+
 def get_model(name: str | None = None, **options) -> LanguageModel:
     """The backend ``name`` (default: ``$ICLR24_LLM``, else ``"embedded"``) built with ``options``.
 
     ``name`` may carry the backend's main argument after a colon: ``"hf:/models/tora-code-7b"``
     (a checkpoint folder), ``"openai:gpt-4o-mini"`` (a served model), ``"llamacpp:/models/x.gguf"``,
     ``"embedded:smollm2-135m-instruct"``. That is how ``--llm`` and ``$ICLR24_LLM`` name a model.
+    litellm's ``provider/model`` names work too for OpenAI-compatible servers: ``"openai/gpt-4o-mini"``,
+    ``"hosted_vllm/Qwen/Qwen2.5-7B-Instruct"`` (see :data:`LITELLM_PROVIDERS`).
 
     >>> get_model("scripted", outputs=["4"]).generate("2 + 2 =")[0].text
     '4'
     """
     spec = name or os.environ.get("ICLR24_LLM") or "embedded"
-    name, _, argument = spec.partition(":")
+    provider, slash, model_name = spec.partition("/")
+    if slash and provider in LITELLM_PROVIDERS and model_name:  # litellm's "openai/gpt-4o-mini"
+        name, argument = LITELLM_PROVIDERS[provider], model_name
+    else:
+        name, _, argument = spec.partition(":")
     if name not in BACKENDS:
         raise ValueError(f"unknown language-model backend {name!r}; expected one of {sorted(BACKENDS)}")
     module, cls, extra = BACKENDS[name]

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from iclr24.core.checks import check_int
-from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args
+from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, nucleus, with_system
 
 __all__ = ["EmbeddedModel", "HFModel", "cache_dir"]
 
@@ -73,9 +73,10 @@ class HFModel:
         return enc["input_ids"]
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
-                 seed: int | None = None, n: int = 1) -> list[Completion]:
-        check_generate_args(max_tokens, temperature, n)
-        ids = self._ids(prompt)
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False) -> list[Completion]:
+        check_generate_args(max_tokens, temperature, n, top_p)
+        ids = self._ids(with_system(prompt, system))
         previous = torch.get_num_threads()
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -86,21 +87,37 @@ class HFModel:
                 with torch.random.fork_rng(), torch.no_grad():
                     if seed is not None:
                         torch.manual_seed(seed + i)
-                    sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} \
+                    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} \
                         if temperature > 0 else {"do_sample": False}
                     out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
                                               stop_strings=list(stop) or None, tokenizer=self.tokenizer,
-                                              pad_token_id=self.tokenizer.eos_token_id, **sampling)
-                new = out[0, ids.shape[1]:].tolist()
+                                              pad_token_id=self.tokenizer.eos_token_id, output_logits=logprobs,
+                                              return_dict_in_generate=True, **sampling)
+                new = out.sequences[0, ids.shape[1]:].tolist()
                 text = self.tokenizer.decode(new, skip_special_tokens=True)
                 cut = [text.find(s) for s in stop if s and s in text]
                 hit_eos = bool(new) and new[-1] == self.tokenizer.eos_token_id
                 finish = "stop" if cut or hit_eos or len(new) < max_tokens else "length"
-                results.append(Completion(text[: min(cut)] if cut else text, finish, ids.shape[1], len(new),
-                                          time.perf_counter() - start))
+                text = text[: min(cut)] if cut else text
+                scored = self._scored_tokens(new, out.logits, len(text)) if logprobs else (None, None)
+                results.append(Completion(text, finish, ids.shape[1], len(new), time.perf_counter() - start,
+                                          *scored))
         finally:
             torch.set_num_threads(previous)
         return results
+
+    def _scored_tokens(self, new: list[int], logits, length: int) -> tuple[tuple[str, ...], tuple[float, ...]]:
+        """The generated tokens that make up the first ``length`` characters of the text, and their log p under
+        the model's raw logits (before temperature and top-p)."""
+        tokens, values, covered = [], [], 0
+        for token, step_logits in zip(new, logits):
+            if covered >= length or token == self.tokenizer.eos_token_id:
+                break
+            piece = self.tokenizer.decode([token], skip_special_tokens=True)
+            tokens.append(piece)
+            values.append(float(torch.log_softmax(step_logits[0].double(), -1)[token]))
+            covered += len(piece)
+        return tuple(tokens), tuple(values)
 
     def format_chat(self, messages: Sequence[dict[str, str]]) -> str:
         """Chat ``messages`` as the text the model reads, ending where the assistant's reply begins.
@@ -113,7 +130,8 @@ class HFModel:
         return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256, stop: Sequence[str] = (),
-                       temperature: float = 0.0, seed: int | None = None, batch_size: int = 16) -> list[Completion]:
+                       temperature: float = 0.0, seed: int | None = None, top_p: float = 1.0,
+                       batch_size: int = 16) -> list[Completion]:
         """One completion per prompt, decoded ``batch_size`` prompts at a time.
 
         On a CPU, one decoding step costs about the same for 1 or 16 sequences, so a batch of 16
@@ -122,9 +140,10 @@ class HFModel:
         start with it; only the rest of each prompt is encoded. Rows sit as
         ``[shared prefix][padding][own tokens]``, with positions counted over real tokens, so each
         row computes what it would alone (up to float rounding). Finished rows leave the batch.
-        Greedy when ``temperature`` is 0; sampled rows draw from one generator seeded by ``seed``.
+        Greedy when ``temperature`` is 0; sampled rows draw from one generator seeded by ``seed``, after
+        top-p filtering.
         """
-        check_generate_args(max_tokens, temperature, 1)
+        check_generate_args(max_tokens, temperature, 1, top_p)
         check_int("batch_size", batch_size, minimum=1)
         rows = [self._ids(p)[0].tolist() for p in prompts]
         order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))  # similar lengths share a batch
@@ -137,7 +156,7 @@ class HFModel:
             for start in range(0, len(order), batch_size):
                 chunk = order[start:start + batch_size]
                 for i, completion in zip(chunk, self._decode([rows[i] for i in chunk], max_tokens, list(stop),
-                                                             temperature, generator)):
+                                                             temperature, generator, top_p)):
                     results[i] = completion
         finally:
             torch.set_num_threads(previous)
@@ -145,7 +164,7 @@ class HFModel:
 
     @torch.no_grad()
     def _decode(self, rows: list[list[int]], max_tokens: int, stop: list[str], temperature: float,
-                generator: torch.Generator | None) -> list[Completion]:
+                generator: torch.Generator | None, top_p: float = 1.0) -> list[Completion]:
         start_time = time.perf_counter()
         prefix_len, cache = self._prefix_cache(rows)
         B, pad = len(rows), self.tokenizer.eos_token_id
@@ -161,7 +180,7 @@ class HFModel:
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                                 **{self._cache_kwarg: cache}).logits[:, -1].float()
             if temperature > 0:
-                probs = torch.softmax(logits / temperature, -1)
+                probs = nucleus(torch.softmax(logits / temperature, -1), top_p)
                 next_ids = torch.multinomial(probs, 1, generator=generator)[:, 0]
             else:
                 next_ids = logits.argmax(-1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args
+from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, with_system
 from iclr24.llm.hf import EMBEDDED
 
 __all__ = ["LlamaCppModel"]
@@ -45,27 +45,36 @@ class LlamaCppModel:
                                          grammar=True)
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
-                 seed: int | None = None, n: int = 1, json_schema: dict | None = None) -> list[Completion]:
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False, json_schema: dict | None = None) -> list[Completion]:
         """As the protocol's ``generate``; ``json_schema`` (chat prompts) constrains the output to it."""
-        check_generate_args(max_tokens, temperature, n)
+        check_generate_args(max_tokens, temperature, n, top_p)
+        prompt = with_system(prompt, system)
         results = []
         for i in range(n):
             start = time.perf_counter()
             common = {"max_tokens": max_tokens, "stop": list(stop) or None, "temperature": temperature,
-                      "seed": None if seed is None else seed + i}
+                      "top_p": top_p, "seed": None if seed is None else seed + i}
             if isinstance(prompt, str):
                 if json_schema is not None:
                     raise ValueError("json_schema needs chat messages, not a text prompt")
-                out = self.llama.create_completion(prompt, **common)
+                out = self.llama.create_completion(prompt, **common, logprobs=1 if logprobs else None)
                 text = out["choices"][0]["text"]
+                scored = out["choices"][0].get("logprobs") or {}
+                scored = (tuple(scored.get("tokens") or ()), tuple(scored.get("token_logprobs") or ())) \
+                    if logprobs and scored else (None, None)
             else:
                 extra = {"response_format": {"type": "json_object", "schema": json_schema}} if json_schema else {}
-                out = self.llama.create_chat_completion(messages=list(prompt), **common, **extra)
+                out = self.llama.create_chat_completion(messages=list(prompt), **common, **extra,
+                                                        logprobs=logprobs or None)
                 text = out["choices"][0]["message"]["content"] or ""
+                content = (out["choices"][0].get("logprobs") or {}).get("content") or []
+                scored = (tuple(t["token"] for t in content), tuple(t["logprob"] for t in content)) \
+                    if logprobs and content else (None, None)
             usage = out.get("usage") or {}
-            results.append(Completion(text, out["choices"][0].get("finish_reason") or "stop",
-                                      usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                                      time.perf_counter() - start))
+            finish = "length" if out["choices"][0].get("finish_reason") == "length" else "stop"
+            results.append(Completion(text, finish, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                                      time.perf_counter() - start, *scored))
         return results
 
     def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:

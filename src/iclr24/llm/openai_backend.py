@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from iclr24.core.checks import check_int
-from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args
+from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, with_system
 
 __all__ = ["OpenAIModel"]
 
@@ -29,10 +29,12 @@ class OpenAIModel:
     """
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8) -> None:
+                 timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8, chat: bool = True) -> None:
         import openai
 
         self.max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
+        if not isinstance(chat, bool):
+            raise TypeError(f"chat must be True or False, got {chat!r}")
 
         self._openai = openai
         self.name = model or os.environ.get("ICLR24_OPENAI_MODEL") or ""
@@ -42,29 +44,43 @@ class OpenAIModel:
         self.client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
                                     api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
                                     timeout=timeout, max_retries=max_retries)
-        self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=True, grammar=False)
+        # The server renders chat messages with its own template; a base model served without one cannot.
+        self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=chat, grammar=False)
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
-                 seed: int | None = None, n: int = 1) -> list[Completion]:
-        check_generate_args(max_tokens, temperature, n)
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False) -> list[Completion]:
+        """Text to ``/completions``, chat messages to ``/chat/completions``; ``logprobs`` asks the server for
+        each generated token's log-probability (``Completion.tokens`` / ``.logprobs``)."""
+        check_generate_args(max_tokens, temperature, n, top_p)
+        prompt = with_system(prompt, system)
+        if not isinstance(prompt, str) and not self.capabilities.chat_template:
+            raise ValueError(f"chat messages need a server with a chat template; {self.name!r} was built with "
+                             f"chat=False: pass a text prompt")
         common = {"model": self.name, "max_tokens": max_tokens, "temperature": temperature, "n": n,
-                  **({"stop": list(stop)} if stop else {}), **({"seed": seed} if seed is not None else {})}
+                  **({"top_p": top_p} if top_p != 1 else {}), **({"stop": list(stop)} if stop else {}),
+                  **({"seed": seed} if seed is not None else {})}
         start = time.perf_counter()
 
         def request():
             if isinstance(prompt, str):
-                response = self.client.completions.create(prompt=prompt, **common)
-                return response, [c.text for c in response.choices]
-            response = self.client.chat.completions.create(messages=list(prompt), **common)
-            return response, [c.message.content or "" for c in response.choices]
+                return self.client.completions.create(prompt=prompt, **common, **({"logprobs": 1} if logprobs else {}))
+            return self.client.chat.completions.create(messages=list(prompt), **common,
+                                                       **({"logprobs": True} if logprobs else {}))
 
-        response, texts = self._call(request)
+        response = self._call(request)
         duration = time.perf_counter() - start
+        choices = list(response.choices or [])
+        if len(choices) != n:
+            raise RuntimeError(f"the server at {self.client.base_url} returned {len(choices)} choices for n={n}")
+        texts = [_choice_text(c) for c in choices]
+        scored = [_choice_logprobs(c) for c in choices]
         usage = response.usage
-        prompt_tokens = usage.prompt_tokens if usage else 0
-        per_choice = (usage.completion_tokens // max(1, n)) if usage else 0
-        return [Completion(text, choice.finish_reason or "stop", prompt_tokens, per_choice, duration)
-                for text, choice in zip(texts, response.choices)]
+        prompt_tokens = getattr(usage, "prompt_tokens", 0) or 0
+        counts = _choice_token_counts(texts, scored, getattr(usage, "completion_tokens", 0) or 0)
+        return [Completion(text, "length" if choice.finish_reason == "length" else "stop", prompt_tokens, count,
+                           duration, *(score if logprobs and score else (None, None)))
+                for text, choice, score, count in zip(texts, choices, scored, counts)]
 
     def generate_with_tools(self, messages: Sequence[dict], tools: dict[str, tuple[str, dict]], *,
                             max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None,
@@ -107,16 +123,16 @@ class OpenAIModel:
             raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256, stop: Sequence[str] = (),
-                       temperature: float = 0.0, seed: int | None = None) -> list[Completion]:
+                       temperature: float = 0.0, seed: int | None = None, top_p: float = 1.0) -> list[Completion]:
         """One completion per prompt, in order, with up to ``max_concurrency`` requests in flight; prompt ``i``
         gets ``seed + i``."""
         from concurrent.futures import ThreadPoolExecutor
 
-        check_generate_args(max_tokens, temperature, 1)
+        check_generate_args(max_tokens, temperature, 1, top_p)
 
         def one(item: tuple[int, Prompt]) -> Completion:
             i, prompt = item
-            return self.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature,
+            return self.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p,
                                  seed=None if seed is None else seed + i)[0]
 
         with ThreadPoolExecutor(min(self.max_concurrency, max(1, len(prompts)))) as pool:
@@ -152,3 +168,38 @@ class OpenAIModel:
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
+
+
+def _choice_text(choice) -> str:
+    message = getattr(choice, "message", None)
+    text = (message.content if message is not None else getattr(choice, "text", None)) or ""
+    if not isinstance(text, str):
+        raise RuntimeError(f"the server returned a non-text completion: {type(text).__name__}")
+    return text
+
+
+def _choice_logprobs(choice) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
+    """``(tokens, logprobs)`` from a choice of either endpoint, or None when the server sent none."""
+    logprobs = getattr(choice, "logprobs", None)
+    if logprobs is None:
+        return None
+    content = getattr(logprobs, "content", None)
+    if content is not None:  # /chat/completions: a list of {token, logprob, top_logprobs}
+        return tuple(t.token for t in content), tuple(float(t.logprob) for t in content)
+    tokens, values = getattr(logprobs, "tokens", None), getattr(logprobs, "token_logprobs", None)
+    if tokens is None or values is None:
+        return None
+    return tuple(tokens), tuple(float("nan") if v is None else float(v) for v in values)
+
+
+def _choice_token_counts(texts: list[str], scored: list, total: int) -> list[int]:
+    """Completion tokens per choice: counted from its logprobs where the server sent them; otherwise the
+    usage total, shared out in proportion to the texts' lengths (the API reports only the total)."""
+    if all(score is not None for score in scored):
+        return [len(score[0]) for score in scored]
+    if len(texts) == 1:
+        return [total]
+    chars = sum(len(t) for t in texts)
+    shares = [round(total * len(t) / chars) if chars else total // len(texts) for t in texts]
+    shares[-1] += total - sum(shares)  # the shares add up to the reported total
+    return shares

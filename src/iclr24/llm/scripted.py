@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from iclr24.llm.base import Capabilities, Completion, Prompt, apply_stop, check_generate_args
+from iclr24.llm.base import Capabilities, Completion, Prompt, apply_stop, check_generate_args, with_system
 
 __all__ = ["ScriptedModel"]
 
@@ -17,26 +17,32 @@ class ScriptedModel:
     ``max_tokens`` (a token is a character here) as a real backend would.
 
     ``logprobs``, when given, maps token ids to a full next-token distribution (a list or tensor),
-    which makes ``next_token_logprobs`` available for tests of methods that need it.
+    which makes ``next_token_logprobs`` available for tests of methods that need it. ``chat`` makes
+    it report ``capabilities.chat_template`` as a chat server does.
     """
 
     name = "scripted"
 
     def __init__(self, outputs: Sequence[str] | Callable[[Prompt, int], str], logprobs=None,
-                 vocab_size: int = 256) -> None:
+                 vocab_size: int = 256, chat: bool = False) -> None:
         self._outputs, self._logprobs, self.vocab_size = outputs, logprobs, vocab_size
         self.calls: list[dict] = []
-        self.capabilities = Capabilities(full_logits=logprobs is not None, top_logprobs_k=0, chat_template=True,
+        # chat=True stands in for a chat server: methods then send it messages rather than text
+        self.capabilities = Capabilities(full_logits=logprobs is not None, top_logprobs_k=0, chat_template=chat,
                                          grammar=False)
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
-                 seed: int | None = None, n: int = 1) -> list[Completion]:
-        check_generate_args(max_tokens, temperature, n)
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False) -> list[Completion]:
+        """Replays the next output; with ``logprobs`` each character is a token of log-probability 0 (a script
+        is certain of what it says)."""
+        check_generate_args(max_tokens, temperature, n, top_p)
+        prompt = with_system(prompt, system)
         results = []
         for _ in range(n):
             index = len(self.calls)
             self.calls.append({"prompt": prompt, "max_tokens": max_tokens, "stop": list(stop),
-                               "temperature": temperature, "seed": seed})
+                               "temperature": temperature, "top_p": top_p, "seed": seed})
             if callable(self._outputs):
                 raw = self._outputs(prompt, index)
             elif index < len(self._outputs):
@@ -45,7 +51,9 @@ class ScriptedModel:
                 raise IndexError(f"ScriptedModel ran out of outputs after {len(self._outputs)} calls")
             text, stopped = apply_stop(raw, stop)
             finish = "stop" if stopped or len(text) <= max_tokens else "length"
-            results.append(Completion(text[:max_tokens], finish, len(str(prompt)), min(len(text), max_tokens), 0.0))
+            text = text[:max_tokens]
+            scored = (tuple(text), (0.0,) * len(text)) if logprobs else (None, None)
+            results.append(Completion(text, finish, len(str(prompt)), len(text), 0.0, *scored))
         return results
 
     def next_token_logprobs(self, token_ids: Sequence[int]):

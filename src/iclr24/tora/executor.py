@@ -1,9 +1,12 @@
 """Running the programs a model writes, and turning what they print into the text the model reads next.
 
 Every program runs through :mod:`iclr24.sandbox` (the official ToRA code ``exec``-s them in a
-process pool, which is not a sandbox). What goes back into the prompt is ToRA's: the last line
-the program printed, or on an error the last line of its traceback (``NameError: name 'x' is
-not defined``), cut to its first and last 50 characters when longer than 100.
+process pool, which is not a sandbox). What goes back into the prompt is, by default, what ToRA's
+inference code sends (``feedback="official"``): everything the program printed, stripped and cut
+to its first and last 200 characters when longer than 400; ``Done`` when it printed nothing; on
+an error only the last line of the traceback (``NameError: name 'x' is not defined``), and
+``Timeout Error`` past the time limit. ``feedback="last_line"`` sends only the last line printed,
+cut to 50 + 50 characters: a shorter prompt for a small model.
 """
 
 from __future__ import annotations
@@ -55,36 +58,48 @@ def truncate_output(text: str, limit: int = 100, keep: int = 50) -> str:
 
 
 class SandboxExecutor:
-    """Runs a program in :func:`iclr24.sandbox.run_python` and returns ToRA's feedback.
+    """Runs a program in :func:`iclr24.sandbox.run_python` and returns what the model reads back.
 
     Args:
         timeout_s: wall-clock limit per program (ToRA: 5 s).
         memory_mb: address-space limit (sympy and numpy need a few hundred MB).
-        max_chars: longer feedback is cut to its first and last ``max_chars // 2`` characters.
+        feedback: ``"official"`` (ToRA's inference code: the whole output, ``Done`` when empty) or
+            ``"last_line"`` (the last line printed).
+        max_chars: longer feedback is cut to its first and last ``max_chars // 2`` characters
+            (default 400 for ``"official"``, 100 for ``"last_line"``).
     """
 
-    def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 1024, max_chars: int = 100) -> None:
+    FEEDBACK = ("official", "last_line")
+
+    def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 1024, feedback: str = "official",
+                 max_chars: int | None = None) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        if feedback not in self.FEEDBACK:
+            raise ValueError(f"feedback must be one of {self.FEEDBACK}, got {feedback!r}")
+        max_chars = (400 if feedback == "official" else 100) if max_chars is None else max_chars
         check_int("max_chars", max_chars, minimum=2)
-        self.timeout_s, self.memory_mb, self.max_chars = timeout_s, memory_mb, max_chars
+        self.timeout_s, self.memory_mb, self.feedback, self.max_chars = timeout_s, memory_mb, feedback, max_chars
 
     def __call__(self, program: str) -> ToolOutput:
         from iclr24.sandbox import run_python
 
         result = run_python(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_bytes=20_000)
         if result.timed_out:
-            text, ok = f"TimeoutError: the program ran longer than {self.timeout_s:g} s", False
-        elif result.exit_code == 0:
-            text, ok = _last_line(result.stdout), True
-        else:
+            text, ok = "Timeout Error", False
+        elif result.exit_code != 0:
             text = _last_line(result.stderr) or f"the program exited with status {result.exit_code}"
             ok = False
+        elif self.feedback == "official":
+            text, ok = result.stdout.strip() or "Done", True
+        else:
+            text, ok = _last_line(result.stdout), True
         return ToolOutput(truncate_output(text, self.max_chars, self.max_chars // 2), ok, result.timed_out,
                           result.duration, result.isolation)
 
     def __repr__(self) -> str:
-        return f"SandboxExecutor(timeout_s={self.timeout_s:g}, memory_mb={self.memory_mb})"
+        return (f"SandboxExecutor(timeout_s={self.timeout_s:g}, memory_mb={self.memory_mb}, "
+                f"feedback={self.feedback!r}, max_chars={self.max_chars})")
 
 
 def _last_line(text: str) -> str:

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.io import write_text_atomic  # noqa: E402
 from iclr24.tora.data import gsm_problems, load_champ, load_gsm8k, load_math  # noqa: E402
+from iclr24.tora.executor import SandboxExecutor  # noqa: E402
 from iclr24.tora.shaping import shape_outputs  # noqa: E402
 from iclr24.tora.solver import CoTSolver, DirectSolver, PALSolver, ToRASolver  # noqa: E402
 
@@ -62,6 +63,7 @@ class Config:
     math_path: Optional[str] = None  # a local MATH JSONL (problem, solution or answer), evaluated if given
     champ: int = 0  # CHAMP problems to evaluate (extra `champ`); reported without a threshold
     local_limit: int = 100  # problems read from each local file
+    feedback: str = "official"  # what a program's run sends back: ToRA's ("official") or its last line ("last_line")
 
     def __post_init__(self) -> None:
         if self.n_one_step < 1 or min(self.n_two_step, self.shaping_questions, self.champ) < 0:
@@ -70,6 +72,8 @@ class Config:
         if self.max_tokens < 8 or self.max_tool_rounds < 1 or self.shaping_samples < 1:
             raise ValueError(f"max_tokens must be >= 8, max_tool_rounds and shaping_samples >= 1; got "
                              f"{self.max_tokens}, {self.max_tool_rounds}, {self.shaping_samples}")
+        if self.feedback not in SandboxExecutor.FEEDBACK:
+            raise ValueError(f"feedback must be one of {SandboxExecutor.FEEDBACK}, got {self.feedback!r}")
         for name in ("gsm8k_path", "math_path"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
@@ -115,6 +119,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                 kwargs = {} if method == "direct" else {"max_tokens": cfg.max_tokens}
                 if method == "tora":
                     kwargs["max_tool_rounds"] = cfg.max_tool_rounds
+                if method in ("pal", "tora"):
+                    kwargs["executor"] = SandboxExecutor(feedback=cfg.feedback)
                 solver = solver_class(llm, prompt=prompt, **kwargs)
                 start = time.perf_counter()
                 trajectories = []
@@ -141,7 +147,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     shaping = None
     if cfg.shaping_questions:
         train = gsm_problems(cfg.shaping_questions, seed=ctx.seed + 1, digits=cfg.digits, steps=(1,))
-        policy = ToRASolver(llm, max_tokens=cfg.max_tokens, max_tool_rounds=cfg.max_tool_rounds)
+        policy = ToRASolver(llm, max_tokens=cfg.max_tokens, max_tool_rounds=cfg.max_tool_rounds,
+                            executor=SandboxExecutor(feedback=cfg.feedback))
         start = time.perf_counter()
         shaping = shape_outputs(train, policy, teacher=policy, n_samples=cfg.shaping_samples,
                                 temperature=cfg.shaping_temperature, seed=ctx.seed,
@@ -162,7 +169,9 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         metrics["shaping_policy_questions"] = policy_questions
     rows = [{"problems": s, "n": len(sets[s][0]), **{LABELS[m]: accuracy[s, m] for m in METHODS}} for s in sets]
     notes = (f"Model: {llm.name}, greedy, {cfg.max_tokens} new tokens a round, ToRA up to {cfg.max_tool_rounds} "
-             f"tool rounds, programs in iclr24.sandbox (5 s; isolation: {', '.join(sorted(isolations)) or 'none ran'})."
+             f"tool rounds, programs in iclr24.sandbox (5 s; isolation: {', '.join(sorted(isolations)) or 'none ran'};"
+             f" feedback: {cfg.feedback}). Graded by the strict grader (ToRA's own grader agrees on every problem "
+             f"here: integer answers)."
              f" Problems: seeded synthetic GSM-style word problems, "
              f"{cfg.digits}-digit numbers. The paper's models are 7B-70B and fine-tuned on ToRA-Corpus; ours is "
              f"prompted with four worked examples. With the embedded model, ToRA and PAL tied on seeds 1 and 2: "

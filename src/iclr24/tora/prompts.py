@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["EXAMPLES", "STYLES", "WorkedExample", "build_messages", "build_prompt", "few_shot_prefix",
-           "tora_model_prompt"]
+           "output_block", "tora_model_prompt"]
 
 STYLES = ("direct", "cot", "pal", "tora")
 
@@ -45,7 +45,7 @@ class WorkedExample:
         code = f"```python\n{self.program}\n```\n"
         if style == "pal":
             return f"\n{code}"
-        return f" {self.rationale}\n{code}```output\n{self.output}\n```\n{self.conclusion}"
+        return f" {self.rationale}\n{code}{output_block(self.output)}\n{self.conclusion}"
 
 
 EXAMPLES: dict[str, tuple[WorkedExample, ...]] = {
@@ -160,15 +160,36 @@ def build_prompt(style: str, examples: str | tuple[WorkedExample, ...], question
     return f"{few_shot_prefix(style, examples)}Question: {question.strip()}\n{label}"
 
 
-def build_messages(style: str, examples: str | tuple[WorkedExample, ...], question: str) -> list[dict[str, str]]:
+def build_messages(style: str, examples: str | tuple[WorkedExample, ...], question: str, *,
+                   tool_turns: bool = False) -> list[dict[str, str]]:
     """The chat prompt for ``question``: the instructions as the system message, each example as a user turn
-    and an assistant turn, then the question."""
+    and an assistant turn, then the question.
+
+    ``tool_turns``: a program's output comes back as a user turn of its own (assistant: rationale and
+    program; user: the output block; assistant: the rest), the layout of a chat server that cannot
+    continue an assistant message, where :class:`~iclr24.tora.ToRASolver` sends each output that way.
+    """
     shots = _resolve(style, examples)
     messages = [{"role": "system", "content": _INSTRUCTIONS[style]}]
     for ex in shots:
-        messages += [{"role": "user", "content": ex.question},
-                     {"role": "assistant", "content": ex.solution(style).strip()}]
+        messages.append({"role": "user", "content": ex.question})
+        solution = ex.solution(style).strip()
+        if tool_turns and OUTPUT_OPEN in solution:
+            before, rest = solution.split(OUTPUT_OPEN, 1)
+            output, after = rest.split("```", 1)
+            messages += [{"role": "assistant", "content": before.rstrip()},
+                         {"role": "user", "content": output_block(output.strip("\n"))}]
+            solution = after.strip()
+        messages.append({"role": "assistant", "content": solution})
     return messages + [{"role": "user", "content": question.strip()}]
+
+
+OUTPUT_OPEN = "```output"
+
+
+def output_block(text: str) -> str:
+    """A program's output as the model reads it: ToRA's ```` ```output ```` block."""
+    return f"{OUTPUT_OPEN}\n{text}\n```"
 
 
 def tora_model_prompt(question: str) -> str:

@@ -27,13 +27,15 @@ from iclr24.core.checks import check_int
 from iclr24.llm.base import format_chat, generate_batch
 from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent
 from iclr24.tora.executor import Executor, SandboxExecutor, ToolOutput, extract_program
-from iclr24.tora.prompts import WorkedExample, build_messages, build_prompt
+from iclr24.tora.prompts import WorkedExample, build_messages, build_prompt, output_block
 
 __all__ = ["CoTSolver", "DirectSolver", "PALSolver", "Round", "ToRASolver", "Trajectory", "Vote", "majority_vote",
            "with_output"]
 
 #: ToRA's stop strings: end of sequence, the example separator, and the start of a program's output.
 STOP = ("</s>", "---", "```output")
+#: Chain of thought also stops at a blank line, as in ToRA's vLLM inference script.
+COT_STOP = (*STOP, "\n\n")
 LIMIT_NOTE = "\nReach max function call limit."
 
 PromptSpec = str | tuple[WorkedExample, ...] | Callable[[str], str]
@@ -77,8 +79,9 @@ class Trajectory:
     def completion_tokens(self) -> int:
         return sum(r.completion_tokens for r in self.rounds)
 
-    def is_correct(self, reference: str) -> bool:
-        return is_equivalent(self.answer, reference)
+    def is_correct(self, reference: str, *, mode: str = "strict") -> bool:
+        """Whether the answer grades as ``reference``; ``mode="official"`` grades as ToRA's own grader."""
+        return is_equivalent(self.answer, reference, mode=mode)
 
     def to_dict(self) -> dict:
         return {"question": self.question, "method": self.method, "answer": self.answer, "finish": self.finish,
@@ -110,8 +113,10 @@ class ToRASolver:
         max_tokens: new tokens per round (ToRA: 1024; a few hundred suffice for GSM-style problems).
         executor: runs a program and returns a :class:`~iclr24.tora.executor.ToolOutput`; default a
             :class:`~iclr24.tora.executor.SandboxExecutor` (5 s, no network, memory-limited).
-        chat: lay the examples out as chat turns rendered by the model's template (True), as plain text
-            (False), or chat where the backend can render it (None, the default).
+        chat: lay the examples out as chat turns (True), as plain text (False), or chat where the backend
+            takes it (None, the default). A local model renders its template and continues the text; a
+            chat server (``capabilities.chat_template`` without ``format_chat``, e.g. the openai backend)
+            gets messages, each program's output coming back as a user turn.
 
     Example:
         >>> from iclr24.llm import get_model
@@ -123,13 +128,14 @@ class ToRASolver:
 
     method = "tora"
     style = "tora"
+    default_stop = STOP
     runs_programs = True
     default_rounds = 4
     limit_note = LIMIT_NOTE
     exhausted_finish = "max_rounds"
 
     def __init__(self, llm, *, prompt: PromptSpec = "gsm", max_tool_rounds: int | None = None,
-                 max_tokens: int = 512, executor: Executor | None = None, stop: Sequence[str] = STOP,
+                 max_tokens: int = 512, executor: Executor | None = None, stop: Sequence[str] | None = None,
                  chat: bool | None = None) -> None:
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a LanguageModel with a generate method, got {type(llm).__name__}")
@@ -142,21 +148,38 @@ class ToRASolver:
             build_prompt(self.style, prompt, "")  # rejects an unknown example set now, not mid-run
         self.llm, self.prompt, self.max_tool_rounds, self.max_tokens = llm, prompt, rounds, max_tokens
         self.executor = executor if executor is not None else SandboxExecutor()
-        self.stop = tuple(stop)
-        if chat and not callable(prompt) and format_chat(llm, build_messages(self.style, prompt, "?")) is None:
-            raise ValueError(f"chat=True needs a backend that renders chat templates; {getattr(llm, 'name', llm)!r} "
-                             f"cannot: pass chat=False")
+        self.stop = tuple(self.default_stop if stop is None else stop)
+        renders = not callable(prompt) and format_chat(llm, build_messages(self.style, prompt, "?")) is not None
+        takes_messages = bool(getattr(getattr(llm, "capabilities", None), "chat_template", False)) \
+            and not callable(getattr(llm, "format_chat", None))
+        if chat and not callable(prompt) and not (renders or takes_messages):
+            raise ValueError(f"chat=True needs a backend that renders chat templates or takes chat messages; "
+                             f"{getattr(llm, 'name', llm)!r} does neither: pass chat=False")
         self.chat = chat
+        #: "text" (continued as written), "rendered" (a local chat template, continued as text) or "messages"
+        self.layout = "text" if chat is False or callable(prompt) else \
+            "rendered" if renders else "messages" if takes_messages else "text"
 
-    def prompt_for(self, question: str) -> str:
-        """The text the model continues for ``question``."""
+    def prompt_for(self, question: str) -> str | list[dict[str, str]]:
+        """What the model continues for ``question``: text, or chat messages when ``layout`` is ``"messages"``."""
         if callable(self.prompt):
             return self.prompt(question)
-        if self.chat is not False:
-            rendered = format_chat(self.llm, build_messages(self.style, self.prompt, question))
-            if rendered is not None:
-                return rendered
+        if self.layout == "messages":
+            return build_messages(self.style, self.prompt, question, tool_turns=True)
+        if self.layout == "rendered":
+            return format_chat(self.llm, build_messages(self.style, self.prompt, question))
         return build_prompt(self.style, self.prompt, question)
+
+    def _round_prompt(self, base, trajectory: Trajectory):
+        """The prompt of the next round: the text so far, or the chat with each program's output as a user turn."""
+        if self.layout != "messages":
+            return base + trajectory.solution
+        messages = list(base)
+        for r in trajectory.rounds:
+            messages.append({"role": "assistant", "content": r.text.rstrip()})
+            if r.output is not None:
+                messages.append({"role": "user", "content": output_block(r.output.text)})
+        return messages
 
     def solve(self, question: str, *, temperature: float = 0.0, seed: int | None = None) -> Trajectory:
         """One trajectory for ``question``."""
@@ -172,6 +195,9 @@ class ToRASolver:
         questions = _check_questions(questions)
         if prefixes is not None and len(prefixes) != len(questions):
             raise ValueError(f"prefixes must hold one string per question ({len(questions)}), got {len(prefixes)}")
+        if prefixes is not None and self.layout == "messages":
+            raise ValueError("prefixes continue a partial solution as text; a chat server cannot continue an "
+                             "assistant message: build the solver with chat=False")
         trajectories = [Trajectory(q, self.method, solution=prefixes[i] if prefixes else "")
                         for i, q in enumerate(questions)]
         prompts = [self.prompt_for(q) for q in questions]
@@ -180,8 +206,9 @@ class ToRASolver:
             if not active:
                 break
             completions = generate_batch(
-                self.llm, [prompts[i] + trajectories[i].solution for i in active], max_tokens=self.max_tokens,
-                stop=self.stop, temperature=temperature, seed=None if seed is None else seed + 1000 * round_index)
+                self.llm, [self._round_prompt(prompts[i], trajectories[i]) for i in active],
+                max_tokens=self.max_tokens, stop=self.stop, temperature=temperature,
+                seed=None if seed is None else seed + 1000 * round_index)
             still_active = []
             for i, completion in zip(active, completions):
                 t, text = trajectories[i], completion.text
@@ -259,6 +286,7 @@ class CoTSolver(ToRASolver):
     """Chain of thought: a rationale in words ending in ``\\boxed{}``; no program is ever run."""
 
     method = style = "cot"
+    default_stop = COT_STOP
     runs_programs = False
     default_rounds = 1
 
@@ -268,14 +296,15 @@ class DirectSolver(CoTSolver):
 
     method = style = "direct"
 
+    default_stop = (*STOP, "\n")
+
     def __init__(self, llm, *, prompt: PromptSpec = "gsm", max_tokens: int = 24, **kwargs) -> None:
-        kwargs.setdefault("stop", (*STOP, "\n"))
         super().__init__(llm, prompt=prompt, max_tokens=max_tokens, **kwargs)
 
 
 def with_output(text: str, output: ToolOutput) -> str:
     """A round's text followed by its program's output block, as the next round reads it."""
-    return text.rstrip() + "\n" + f"```output\n{output.text}\n```\n"
+    return text.rstrip() + "\n" + output_block(output.text) + "\n"
 
 
 def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
