@@ -12,4 +12,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "sae",
     "tora",
     "l2mac",
+    "eft",
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
-           "format_chat", "generate_batch", "get_model", "with_system"]
+           "decode_tokens", "format_chat", "generate_batch", "get_model", "sample_token", "with_system"]
 
 Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
 
@@ -114,6 +114,50 @@ def nucleus(probs, top_p: float):
     sorted_probs = sorted_probs.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
     return kept / kept.sum(-1, keepdim=True)
+
+
+def sample_token(logprobs, *, temperature: float = 0.0, top_p: float = 1.0, generator=None) -> int:
+    """A token id from next-token log-probabilities ``(vocab,)``: the argmax at temperature 0, else a draw
+    from ``softmax(logprobs / temperature)`` after top-p filtering."""
+    import torch
+
+    logprobs = torch.as_tensor(logprobs)
+    if temperature == 0:
+        return int(logprobs.argmax())
+    probs = nucleus(torch.softmax(logprobs.double() / temperature, -1), top_p)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def decode_tokens(next_logprobs: Callable[[list[int]], Any], prompt_ids: Sequence[int], *, max_tokens: int,
+                  detokenize: Callable[[list[int]], str], stop: Sequence[str] = (), temperature: float = 0.0,
+                  top_p: float = 1.0, seed: int | None = None, eos_id: int | None = None,
+                  ) -> tuple[str, str, list[int], list[float]]:
+    """Token-by-token decoding for backends that expose only a next-token distribution.
+
+    ``next_logprobs(ids)`` returns log-probabilities over the vocabulary after ``ids``. Stops at
+    ``eos_id``, at a stop string (cut from the text) or after ``max_tokens``. Returns ``(text,
+    finish_reason, new token ids, log p of each under next_logprobs)``.
+    """
+    import torch
+
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    ids, new, scores = list(prompt_ids), [], []
+    text, finish = "", "length"
+    for _ in range(max_tokens):
+        logprobs = torch.as_tensor(next_logprobs(ids))
+        token = sample_token(logprobs, temperature=temperature, top_p=top_p, generator=generator)
+        if token == eos_id:
+            finish = "stop"
+            break
+        ids.append(token)
+        new.append(token)
+        scores.append(float(logprobs[token]))
+        text = detokenize(new)
+        text, stopped = apply_stop(text, stop)
+        if stopped:
+            finish = "stop"
+            break
+    return text, finish, new, scores
 
 
 def format_chat(model: LanguageModel, messages: Sequence[dict[str, str]]) -> str | None:

@@ -243,13 +243,47 @@ class HFModel:
         cache.batch_repeat_interleave(len(rows))
         return len(best), cache
 
-    def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """log p(next token | token_ids) over the whole vocabulary, ``(vocab_size,)``."""
+    def sequence_logprobs(self, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
+        """``(T - start, vocab_size)``: row i is log p(next token | token_ids[:start + i + 1]).
+
+        Shares :meth:`next_token_logprobs`' key-value cache, so scoring a draft appended to a
+        sequence just decoded encodes only the draft.
+        """
         if not len(token_ids):
             raise ValueError("token_ids must hold at least one token")
-        with torch.no_grad():
-            logits = self.model(torch.tensor([list(token_ids)])).logits[0, -1]
-        return torch.log_softmax(logits.double(), -1)
+        if not 0 <= start < len(token_ids):
+            raise ValueError(f"start must lie in [0, {len(token_ids)}), got {start}")
+        return torch.log_softmax(self._logits_from(list(token_ids), start).double(), -1)
+
+    def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """log p(next token | token_ids) over the whole vocabulary, ``(vocab_size,)``.
+
+        Consecutive calls on a growing sequence (token-by-token decoding, EFT, speculative
+        drafts) reuse the key-value cache of the previous call: only the tokens after the longest
+        shared prefix are encoded, and a cache that ran ahead (rejected drafts) is cropped.
+        """
+        if not len(token_ids):
+            raise ValueError("token_ids must hold at least one token")
+        return torch.log_softmax(self._logits_from(list(token_ids), len(token_ids) - 1)[-1].double(), -1)
+
+    @torch.no_grad()
+    def _logits_from(self, ids: list[int], start: int) -> torch.Tensor:
+        """Logits at positions ``start ..`` of ``ids``, through the one-sequence step cache."""
+        from transformers import DynamicCache
+
+        cached_ids, cache = getattr(self, "_step_cache", ((), None))
+        common = 0
+        limit = min(len(cached_ids), start)  # positions from `start` on must be computed afresh
+        while common < limit and cached_ids[common] == ids[common]:
+            common += 1
+        if common == 0 or cache is None:
+            cache = DynamicCache()
+        elif common < len(cached_ids):
+            cache.crop(common - len(cached_ids))  # negative: tokens to drop (every transformers version)
+        logits = self.model(input_ids=torch.tensor([ids[common:]]), use_cache=True,
+                            **{self._cache_kwarg: cache}).logits[0]
+        self._step_cache = (tuple(ids), cache)
+        return logits[start - common:]
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

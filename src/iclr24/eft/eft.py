@@ -1,0 +1,290 @@
+"""Emulated fine-tuning: sample what a large model would say after a small model's fine-tuning (Sec. 3).
+
+EFT reads fine-tuning as KL-constrained RL whose optimum is ``pi_ft(y|x) ∝ pi_ref(y|x) exp(r(x,y)/beta)``,
+so a fine-tuned model and its base define an implicit reward ``r = beta log(pi_ft / pi_ref)``. Moving
+that reward onto another base emulates fine-tuning it. Per token (Eq. 4, with the per-step
+partition function approximated by renormalising over the vocabulary):
+
+    log p_EFT(y_t | x, y_<t) = log p_base_L + beta (log p_ft_S - log p_base_S) - log Z      (up-scaling)
+
+beta = 0 is the large base, beta = 1 emulates fine-tuning it; a large fine-tuned model with a small
+base is down-scaling. Several rewards mix at test time (Sec. 4.2): ``r_lambda = sum_i lambda_i r_i``.
+
+    from iclr24.eft import EFTModel
+    eft = EFTModel(base_large, ft_small, base_small)      # any three LanguageModels sharing a tokenizer
+    eft.generate("question : where does Aldo live ? answer :", max_tokens=4)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from iclr24.llm.base import (
+    Capabilities,
+    Completion,
+    Prompt,
+    apply_stop,
+    check_generate_args,
+    decode_tokens,
+    format_chat,
+    sample_token,
+    with_system,
+)
+
+__all__ = ["EFTModel", "check_shared_tokenizer", "eft_logprobs", "implicit_reward", "interpolate_rewards"]
+
+#: Token strings that end a sequence over HTTP, where the server names tokens and not ids.
+END_TOKENS = frozenset({"</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<eos>"})
+
+
+def _as_tensor(x) -> tuple[torch.Tensor, bool]:
+    is_numpy = isinstance(x, np.ndarray)
+    return torch.as_tensor(np.asarray(x) if is_numpy else x).double(), is_numpy
+
+
+def implicit_reward(ft, base):
+    """``log p_ft - log p_base`` per token: the reward fine-tuning implicitly optimised (up to beta)."""
+    (ft, is_numpy), (base, _) = _as_tensor(ft), _as_tensor(base)
+    if ft.shape != base.shape:
+        raise ValueError(f"ft and base must have the same shape, got {tuple(ft.shape)} and {tuple(base.shape)}")
+    reward = ft - base
+    return reward.numpy() if is_numpy else reward
+
+
+def interpolate_rewards(base, fts: Sequence, weights: Sequence[float]):
+    """The test-time mixture ``sum_i weights[i] (log p_fts[i] - log p_base)`` of fine-tuned behaviours (Sec. 4.2).
+
+    ``base``: the small base model's log-probabilities; ``fts``: one vector per fine-tuned model
+    (helpful, harmless, ...) over the same vocabulary. With weights ``(lam, 1 - lam)`` this is the
+    paper's ``r_lambda = lam r_helpful + (1 - lam) r_harmless``. Pass the result to
+    :func:`eft_logprobs` as ``reward=``.
+    """
+    if len(fts) != len(weights) or not fts:
+        raise ValueError(f"fts and weights must have the same non-zero length, got {len(fts)} and {len(weights)}")
+    if not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
+        raise ValueError(f"weights must be finite numbers, got {list(weights)}")
+    rewards = [implicit_reward(ft, base) for ft in fts]
+    total = sum(float(w) * r for w, r in zip(weights, rewards))
+    return total
+
+
+def eft_logprobs(base_large, ft_small=None, base_small=None, beta: float = 1.0, *, reward=None):
+    """The EFT next-token distribution: ``log_softmax(base_large + beta * (ft_small - base_small))``.
+
+    Parameters
+    ----------
+    base_large, ft_small, base_small : tensor or ndarray, shape ``(..., vocab)``
+        Next-token log-probabilities (or logits: each is shifted by its own log-normaliser, which
+        the renormalisation removes). ``-inf`` entries are tokens a model rules out.
+    beta : float
+        The reward's weight: 0 gives ``base_large``, 1 emulates fine-tuning it.
+    reward : optional
+        A precomputed reward (:func:`interpolate_rewards`) in place of ``ft_small - base_small``.
+
+    Returns
+    -------
+    Log-probabilities of the same type and shape, summing to 1 over the last axis.
+
+    >>> import torch
+    >>> large = torch.log_softmax(torch.tensor([2.0, 1.0, 0.0]), -1)
+    >>> torch.allclose(eft_logprobs(large, large * 0, large * 0), large.double())      # zero reward: the base
+    True
+    """
+    if not isinstance(beta, (int, float)) or not math.isfinite(beta):
+        raise ValueError(f"beta must be a finite number, got {beta!r}")
+    base, is_numpy = _as_tensor(base_large)
+    if reward is None:
+        if ft_small is None or base_small is None:
+            raise ValueError("pass ft_small and base_small, or reward=")
+        reward = implicit_reward(ft_small, base_small)
+    elif ft_small is not None or base_small is not None:
+        raise ValueError("pass either ft_small and base_small, or reward=, not both")
+    reward, _ = _as_tensor(reward)
+    if reward.shape != base.shape:
+        raise ValueError(f"the reward's shape {tuple(reward.shape)} differs from base_large's {tuple(base.shape)}: "
+                         f"the models must share a vocabulary")
+    # a token the fine-tuned and base models both rule out (-inf - -inf) gets no reward, not NaN
+    reward = torch.nan_to_num(reward, nan=0.0, posinf=math.inf, neginf=-math.inf)
+    combined = torch.log_softmax(base + beta * reward if beta else base, -1)
+    return combined.numpy() if is_numpy else combined
+
+
+class EFTModel:
+    """Three :class:`~iclr24.llm.LanguageModel` s composed into one that samples from the EFT distribution.
+
+    Args:
+        base_large: supplies the knowledge (pre-training at the large scale).
+        ft_small: supplies the behaviour, with ``base_small`` (fine-tuning at the small scale).
+        base_small: the model ``ft_small`` was fine-tuned from.
+        beta: the weight of the fine-tuning reward (0: ``base_large`` alone).
+
+    The three must share a tokenizer (checked on construction). Where every component has the full
+    next-token distribution (local backends), ``next_token_logprobs`` and ``sequence_logprobs`` are
+    exact and ``generate`` decodes token by token. Over HTTP, where a server reports only its top-k
+    tokens, ``capabilities.full_logits`` is False and ``generate`` works on the union of the three
+    top-k sets, a token missing from one model's list taking that list's lowest log-probability
+    (an upper bound): an approximation, as :attr:`approximation` says.
+    """
+
+    def __init__(self, base_large, ft_small, base_small, *, beta: float = 1.0, top_k: int = 20) -> None:
+        for role, model in (("base_large", base_large), ("ft_small", ft_small), ("base_small", base_small)):
+            if not callable(getattr(model, "next_token_logprobs", None)):
+                raise TypeError(f"{role} must be a LanguageModel, got {type(model).__name__}")
+        if not isinstance(beta, (int, float)) or not math.isfinite(beta):
+            raise ValueError(f"beta must be a finite number, got {beta!r}")
+        self.base_large, self.ft_small, self.base_small, self.beta = base_large, ft_small, base_small, float(beta)
+        self.components = (base_large, ft_small, base_small)
+        exact = all(m.capabilities.full_logits for m in self.components)
+        if exact:
+            check_shared_tokenizer(self.components)
+        elif not all(callable(getattr(m, "next_token_top_logprobs", None)) for m in self.components):
+            raise ValueError("EFT needs each model's next-token distribution: full logits (a local backend) or "
+                             "top-k log-probabilities (the openai backend)")
+        self.top_k = top_k
+        self.approximation = None if exact else f"the union of each model's top-{top_k} next tokens"
+        self.name = f"eft({base_large.name} + {beta:g} * ({ft_small.name} - {base_small.name}))"
+        vocab_k = min(m.capabilities.top_logprobs_k for m in self.components)
+        self.capabilities = Capabilities(full_logits=exact, top_logprobs_k=vocab_k if exact else top_k,
+                                         chat_template=bool(format_chat(ft_small, [{"role": "user", "content": ""}])),
+                                         grammar=False)
+
+    # --- exact distributions (local backends) -------------------------------------------------------------
+    def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """The EFT distribution over the vocabulary after ``token_ids``, ``(V,)``."""
+        self._require_exact("next_token_logprobs")
+        large, ft, small = (torch.as_tensor(m.next_token_logprobs(token_ids)) for m in self.components)
+        return eft_logprobs(large, ft, small, self.beta)
+
+    def sequence_logprobs(self, token_ids: Sequence[int], start: int = 0) -> torch.Tensor:
+        """``(T - start, V)``: the EFT distribution after each prefix ``token_ids[:t + 1]``, ``t >= start``; one
+        forward pass per component where it can."""
+        self._require_exact("sequence_logprobs")
+        if not 0 <= start < len(token_ids):
+            raise ValueError(f"start must lie in [0, {len(token_ids)}), got {start}")
+        rows = []
+        for m in self.components:
+            if callable(getattr(m, "sequence_logprobs", None)):
+                rows.append(torch.as_tensor(m.sequence_logprobs(token_ids, start)))
+            else:
+                rows.append(torch.stack([torch.as_tensor(m.next_token_logprobs(token_ids[:t + 1]))
+                                         for t in range(start, len(token_ids))]))
+        return eft_logprobs(*rows, self.beta)
+
+    # --- top-k union (HTTP backends) ----------------------------------------------------------------------
+    def next_token_top_logprobs(self, prompt: str, k: int | None = None) -> dict[str, float]:
+        """The EFT distribution over the union of the three models' top-``k`` next tokens after ``prompt``."""
+        k = self.top_k if k is None else k
+        tops = [m.next_token_top_logprobs(prompt, k) for m in self.components]
+        union = sorted(set().union(*tops))
+        filled = [torch.tensor([top.get(t, min(top.values())) for t in union], dtype=torch.float64) for top in tops]
+        combined = eft_logprobs(*filled, self.beta)
+        return dict(zip(union, combined.tolist()))
+
+    # --- the LanguageModel protocol -----------------------------------------------------------------------
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
+                 top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
+                 logprobs: bool = False) -> list[Completion]:
+        """Decode from the EFT distribution; chat prompts are rendered by ``ft_small``'s template."""
+        check_generate_args(max_tokens, temperature, n, top_p)
+        prompt = with_system(prompt, system)
+        if not isinstance(prompt, str):
+            rendered = format_chat(self.ft_small, prompt)
+            if rendered is None:
+                raise ValueError(f"{self.ft_small.name!r} renders no chat template: pass a text prompt")
+            prompt = rendered
+        out = []
+        for i in range(n):
+            start, sample_seed = time.perf_counter(), None if seed is None else seed + i
+            if self.capabilities.full_logits:
+                ids = self.base_large.tokenize(prompt)
+                text, finish, new, scores = decode_tokens(
+                    self.next_token_logprobs, ids, max_tokens=max_tokens, detokenize=self.detokenize, stop=stop,
+                    temperature=temperature, top_p=top_p, seed=sample_seed, eos_id=_eos_id(self.base_large))
+                pieces = tuple(self.detokenize([t]) for t in new)
+                prompt_tokens = len(ids)
+            else:
+                text, finish, pieces, scores = self._generate_top_k(prompt, max_tokens, stop, temperature, top_p,
+                                                                    sample_seed)
+                prompt_tokens = 0
+            scored = (pieces, tuple(scores)) if logprobs else (None, None)
+            out.append(Completion(text, finish, prompt_tokens, len(scores), time.perf_counter() - start, *scored))
+        return out
+
+    def _generate_top_k(self, prompt, max_tokens, stop, temperature, top_p, seed):
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        text, pieces, scores, finish = "", [], [], "length"
+        for _ in range(max_tokens):
+            dist = self.next_token_top_logprobs(prompt + text)
+            tokens = list(dist)
+            values = torch.tensor([dist[t] for t in tokens], dtype=torch.float64)
+            token = tokens[sample_token(values, temperature=temperature, top_p=top_p, generator=generator)]
+            if token in END_TOKENS:
+                finish = "stop"
+                break
+            pieces.append(token)
+            scores.append(dist[token])
+            text, stopped = apply_stop(text + token, stop)
+            if stopped:
+                finish = "stop"
+                break
+        return text, finish, tuple(pieces), scores
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.base_large.tokenize(text)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self.base_large.detokenize(token_ids)
+
+    def _require_exact(self, what: str) -> None:
+        if not self.capabilities.full_logits:
+            raise NotImplementedError(f"{what} needs every model's full next-token distribution; these models give "
+                                      f"only top-k log-probabilities: use next_token_top_logprobs or generate")
+
+    def __repr__(self) -> str:
+        return f"EFTModel({self.name!r}{'' if self.approximation is None else ', ' + self.approximation})"
+
+
+def _eos_id(model) -> int | None:
+    vocab = getattr(model, "vocab", None)
+    if vocab is not None and hasattr(vocab, "eos_id"):
+        return vocab.eos_id
+    tokenizer = getattr(model, "tokenizer", None)
+    return getattr(tokenizer, "eos_token_id", None)
+
+
+_PROBE = "The quick brown fox, 12345 jumps over émigrés; x**2 == 4?\n\tdef f(): return 'ok'"
+
+
+def check_shared_tokenizer(models: Sequence) -> None:
+    """Raise ValueError naming the first two models whose tokenizers differ.
+
+    Compares vocabularies where the backends expose them (transformers tokenizers, word
+    vocabularies), else how each tokenizes a probe text.
+    """
+    def fingerprint(model):
+        tokenizer = getattr(model, "tokenizer", None)
+        if tokenizer is not None and callable(getattr(tokenizer, "get_vocab", None)):
+            return "vocabulary", tokenizer.get_vocab()
+        vocab = getattr(model, "vocab", None)
+        if vocab is not None and hasattr(vocab, "words"):
+            return "vocabulary", list(vocab.words)
+        try:
+            return "tokenization of a probe text", model.tokenize(_PROBE)
+        except (NotImplementedError, ValueError):
+            return "nothing to compare", None
+
+    first, reference = models[0], fingerprint(models[0])
+    for other in models[1:]:
+        kind, value = fingerprint(other)
+        if value is None or reference[1] is None:
+            continue
+        if kind != reference[0] or value != reference[1]:
+            size = (f" ({len(reference[1])} and {len(value)} entries)"
+                    if hasattr(value, "__len__") and hasattr(reference[1], "__len__") else "")
+            raise ValueError(f"EFT needs models that share a tokenizer: {first.name!r} and {other.name!r} differ in "
+                             f"their {kind}{size}")

@@ -1,0 +1,170 @@
+"""The EFT formula on hand-computed cases, its invariants, and EFTModel over local and HTTP backends."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from iclr24.core.tiny_lm import TinyLM, TinyLMConfig
+from iclr24.eft import EFTModel, eft_logprobs, implicit_reward, interpolate_rewards
+from iclr24.llm.torch_lm import TorchLM, WordVocab
+from tests.http_stub import JSONHandler, serving
+
+L = torch.tensor([0.5, 0.3, 0.2]).log()
+FT = torch.tensor([0.1, 0.8, 0.1]).log()
+S = torch.tensor([0.4, 0.4, 0.2]).log()
+
+
+def test_eft_is_the_large_base_reweighted_by_the_small_models_ratio():
+    # p_EFT ∝ p_L * p_ft / p_S = (.5 * .1 / .4, .3 * .8 / .4, .2 * .1 / .2) = (.125, .6, .1)
+    expected = torch.tensor([0.125, 0.6, 0.1]) / 0.825
+    assert torch.allclose(eft_logprobs(L, FT, S).exp(), expected.double(), atol=1e-12)
+    # beta scales the log-ratio: p ∝ p_L (p_ft / p_S)^2
+    squared = torch.tensor([0.5 * 0.0625, 0.3 * 4.0, 0.2 * 0.25])
+    assert torch.allclose(eft_logprobs(L, FT, S, beta=2.0).exp(), (squared / squared.sum()).double(), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_invariants(dtype):
+    g = torch.Generator().manual_seed(0)
+    large, ft, small = (torch.log_softmax(torch.randn(2, 50, generator=g, dtype=dtype), -1) for _ in range(3))
+    assert torch.allclose(eft_logprobs(large, small, small), large.double(), atol=1e-9)  # EFT(L, S, S) = L
+    assert torch.allclose(eft_logprobs(large, ft, small, beta=0.0), large.double(), atol=1e-9)  # beta 0: base
+    assert torch.allclose(eft_logprobs(small, ft, small), ft.double(), atol=1e-9)  # EFT(S, ft, S) = ft
+    assert torch.allclose(eft_logprobs(large, ft, small).exp().sum(-1), torch.ones(2, dtype=torch.float64))
+    # logits work as well as log-probabilities: each one's normaliser cancels
+    assert torch.allclose(eft_logprobs(large + 3, ft - 1, small + 7), eft_logprobs(large, ft, small), atol=1e-9)
+
+
+def test_numpy_in_numpy_out_and_tokens_ruled_out_by_both_small_models():
+    out = eft_logprobs(L.numpy(), FT.numpy(), S.numpy())
+    assert isinstance(out, np.ndarray) and np.isclose(np.exp(out).sum(), 1.0)
+    ft, small = FT.clone(), S.clone()
+    ft[2] = small[2] = -math.inf  # -inf - -inf: no reward, not NaN
+    combined = eft_logprobs(L, ft, small)
+    assert not combined.isnan().any() and math.isclose(float(combined.exp().sum()), 1.0)
+    large = L.clone()
+    large[0] = -math.inf  # the large base rules token 0 out: so does EFT
+    assert eft_logprobs(large, FT, S)[0] == -math.inf
+
+
+def test_interpolated_rewards_move_between_the_two_behaviours():
+    harmless = torch.tensor([0.6, 0.2, 0.2]).log()
+    assert torch.allclose(interpolate_rewards(S, [FT, harmless], [1.0, 0.0]), implicit_reward(FT, S))
+    assert torch.allclose(interpolate_rewards(S, [FT, harmless], [0.0, 1.0]), implicit_reward(harmless, S))
+    half = interpolate_rewards(S, [FT, harmless], [0.5, 0.5])
+    assert torch.allclose(half, (0.5 * (FT - S) + 0.5 * (harmless - S)).double())
+    assert torch.allclose(eft_logprobs(L, reward=interpolate_rewards(S, [FT], [1.0])), eft_logprobs(L, FT, S))
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: eft_logprobs(L, FT[:2], S[:2]), "the models must share a vocabulary"),
+    (lambda: eft_logprobs(L, FT, S, beta=float("nan")), "beta must be a finite number"),
+    (lambda: eft_logprobs(L), "pass ft_small and base_small, or reward="),
+    (lambda: eft_logprobs(L, FT, S, reward=FT - S), "not both"),
+    (lambda: interpolate_rewards(S, [FT], [0.5, 0.5]), "the same non-zero length"),
+    (lambda: implicit_reward(FT, S[:2]), "the same shape"),
+])
+def test_bad_arguments(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# --- EFTModel over local models -------------------------------------------------------------------------------
+
+VOCAB = WordVocab(["<eos>", "a", "b", "c", "d", "e"])
+
+
+def tiny(seed, width=16, vocab=VOCAB, name=None):
+    torch.manual_seed(seed)
+    module = TinyLM(TinyLMConfig(vocab_size=len(vocab), context=32, n_layers=1, n_heads=2, d_model=width))
+    return TorchLM(module, vocab, name=name or f"tiny{seed}")
+
+
+def test_eft_model_combines_its_components_at_every_position():
+    large, ft, small = tiny(0, 32), tiny(1), tiny(2)
+    eft = EFTModel(large, ft, small, beta=1.5)
+    ids = VOCAB.encode("a b c")
+    expected = eft_logprobs(large.next_token_logprobs(ids), ft.next_token_logprobs(ids),
+                            small.next_token_logprobs(ids), 1.5)
+    assert torch.allclose(eft.next_token_logprobs(ids), expected)
+    rows = eft.sequence_logprobs(ids)
+    assert rows.shape == (3, len(VOCAB))
+    for t in range(3):
+        assert torch.allclose(rows[t], eft.next_token_logprobs(ids[:t + 1]), atol=1e-9)
+
+
+def test_eft_model_generates_greedily_from_the_combined_distribution():
+    large, ft, small = tiny(0, 32), tiny(1), tiny(2)
+    eft = EFTModel(large, ft, small)
+    out, = eft.generate("a b", max_tokens=5, logprobs=True)
+    ids = VOCAB.encode("a b")
+    for token, score in zip(VOCAB.encode(out.text), out.logprobs):
+        dist = eft.next_token_logprobs(ids)
+        assert token == int(dist.argmax()) and score == pytest.approx(float(dist.max()))
+        ids.append(token)
+    assert out.tokens == tuple(out.text.split())
+    # EFT(L, S, S) decodes exactly as L
+    assert EFTModel(large, small, small).generate("a b", max_tokens=5)[0].text == \
+        large.generate("a b", max_tokens=5)[0].text
+    sampled = [c.text for c in eft.generate("a", max_tokens=4, temperature=1.0, seed=3, n=2)]
+    assert sampled == [c.text for c in eft.generate("a", max_tokens=4, temperature=1.0, seed=3, n=2)]
+
+
+def test_eft_model_refuses_models_that_do_not_share_a_tokenizer():
+    other = WordVocab(["<eos>", "a", "b", "c", "d", "x"])
+    with pytest.raises(ValueError, match=r"share a tokenizer: 'tiny0' and 'odd' differ in their vocabulary"):
+        EFTModel(tiny(0), tiny(1), tiny(2, vocab=other, name="odd"))
+    with pytest.raises(TypeError, match="ft_small must be a LanguageModel"):
+        EFTModel(tiny(0), object(), tiny(2))
+    with pytest.raises(ValueError, match="beta must be a finite number"):
+        EFTModel(tiny(0), tiny(1), tiny(2), beta=math.inf)
+
+
+def test_embedded_model_invariants():
+    from iclr24.llm import get_model
+
+    llm = get_model("embedded")
+    ids = llm.tokenize("The capital of France is")
+    base = llm.next_token_logprobs(ids)
+    assert torch.allclose(EFTModel(llm, llm, llm).next_token_logprobs(ids), base, atol=1e-9)
+    assert torch.allclose(EFTModel(llm, llm, llm, beta=0.0).next_token_logprobs(ids), base, atol=1e-9)
+
+
+# --- over HTTP: the union of top-k lists ----------------------------------------------------------------------
+
+TOPS = {"large": {" Paris": -0.2, " Lyon": -2.0}, "ft": {" Paris": -1.0, "<|endoftext|>": -0.5},
+        "small": {" Lyon": -0.3, " Paris": -1.5}}
+
+
+class _TopK(JSONHandler):
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        top = TOPS[body["model"]]
+        token = max(top, key=top.get)
+        self._send(200, {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
+                         "choices": [{"index": 0, "text": token, "finish_reason": "length",
+                                      "logprobs": {"tokens": [token], "token_logprobs": [top[token]],
+                                                   "top_logprobs": [top], "text_offset": [0]}}],
+                         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+
+def test_over_http_eft_works_on_the_union_of_top_k_lists():
+    from iclr24.llm import get_model
+
+    with serving(_TopK) as url:
+        models = [get_model("openai", model=m, base_url=url, max_retries=0) for m in ("large", "ft", "small")]
+        eft = EFTModel(*models)
+        assert not eft.capabilities.full_logits and "union" in eft.approximation
+        dist = eft.next_token_top_logprobs("The capital of France is")
+        # a token missing from a list takes that list's lowest value
+        raw = {" Paris": -0.2 + (-1.0 - -1.5), " Lyon": -2.0 + (-1.0 - -0.3),
+               "<|endoftext|>": -2.0 + (-0.5 - -1.5)}
+        norm = math.log(sum(math.exp(v) for v in raw.values()))
+        assert dist == pytest.approx({t: v - norm for t, v in raw.items()})
+        out, = eft.generate("The capital of France is", max_tokens=3, logprobs=True)
+        assert out.text == " Paris" * 3 and out.tokens == (" Paris",) * 3
+        with pytest.raises(NotImplementedError, match="full next-token distribution"):
+            eft.next_token_logprobs([1, 2])
