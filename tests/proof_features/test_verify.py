@@ -4,7 +4,7 @@ import torch
 from scipy.optimize import Bounds, LinearConstraint, milp
 from torch import nn
 
-from iclr24.proof_features import as_affine_net, make_mlp, spec_matrix, verify
+from iclr24.proof_features import AffineNet, as_affine_net, make_mlp, spec_matrix, verify
 
 
 def tiny_net(seed, sizes=(3, 5, 4, 3)):
@@ -141,3 +141,46 @@ def test_bad_arguments(kwargs, match):
 def test_unsupported_layers_are_named():
     with pytest.raises(ValueError, match="unsupported layer Tanh; supported: Linear, Conv2d, ReLU, Flatten"):
         verify(nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), torch.rand(4), 0.1, 0)
+
+
+def crown_one_hidden_layer(W1, b1, W2, b2, lo, hi, label):
+    """CROWN written out for one hidden layer (the reference): interval bounds of z = W1 x + b1, then for each
+    margin c = e_label - e_j the relaxation each ReLU takes: the adaptive lower line (slope 1 if u > -l, else 0)
+    where c W2 is positive, the upper chord u (z - l) / (u - l) where it is negative."""
+    l = W1.clamp_min(0) @ lo + W1.clamp_max(0) @ hi + b1
+    u = W1.clamp_min(0) @ hi + W1.clamp_max(0) @ lo + b1
+    out = []
+    for j in range(W2.shape[0]):
+        if j == label:
+            continue
+        lam = W2[label] - W2[j]
+        A, const = torch.zeros_like(lo), b2[label] - b2[j]
+        for i in range(len(l)):
+            if l[i] >= 0:
+                slope, intercept = 1.0, 0.0
+            elif u[i] <= 0:
+                slope, intercept = 0.0, 0.0
+            elif lam[i] >= 0:
+                slope, intercept = (1.0 if u[i] > -l[i] else 0.0), 0.0
+            else:
+                slope = float(u[i] / (u[i] - l[i]))
+                intercept = -slope * float(l[i])
+            A = A + lam[i] * slope * W1[i]
+            const = const + lam[i] * (slope * b1[i] + intercept)
+        out.append(float(A.clamp_min(0) @ lo + A.clamp_max(0) @ hi + const))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crown_equals_its_written_out_form_on_one_hidden_layer(seed):
+    """Pins CROWN's tightness: a looser sound relaxation (say a lower slope of 0) fails this. On deeper nets our
+    bounds equal auto_LiRPA 0.7.1's CROWN to 1e-14 (checked in the review of issue #5)."""
+    g = torch.Generator().manual_seed(seed)
+    W1, b1 = torch.randn(8, 4, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
+    W2, b2 = torch.randn(3, 8, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    net = AffineNet([W1, W2], [b1, b2])
+    x, eps = torch.rand(4, generator=g, dtype=torch.float64), 0.3
+    label = int(net.forward(x).argmax())
+    result = verify(net, x, eps, label, "crown")
+    reference = crown_one_hidden_layer(W1, b1, W2, b2, x - eps, x + eps, label)
+    torch.testing.assert_close(result.lower_bounds, reference, rtol=0, atol=1e-12)

@@ -11,23 +11,28 @@ Neural Networks". ICLR 2024. https://openreview.net/forum?id=Ev10F9TWML
 """
 
 from iclr24.proof_features.profit import (
+    ORDERS,
     ProofFeatures,
     feature_gradients,
+    feature_order,
     proof_features,
     proves_with,
     sufficient_set,
     top_k_preserved,
+    weight_abs_priority,
 )
 from iclr24.proof_features.training import TRAINING_KINDS, ibp_logit_bounds, make_mlp, pgd_attack, train
 from iclr24.proof_features.verify import AffineNet, VerificationResult, as_affine_net, spec_matrix, verify
 
 __all__ = [
+    "ORDERS",
     "TRAINING_KINDS",
     "AffineNet",
     "ProofFeatures",
     "VerificationResult",
     "as_affine_net",
     "feature_gradients",
+    "feature_order",
     "ibp_logit_bounds",
     "make_mlp",
     "pgd_attack",
@@ -38,4 +43,5 @@ __all__ = [
     "top_k_preserved",
     "train",
     "verify",
+    "weight_abs_priority",
 ]

@@ -1,6 +1,7 @@
 """ProFIt: proof features of a robustness proof, their priority, and the sufficient set.
 
-Banerjee, Xu, Singh. "Interpreting Robustness Proofs of Deep Neural Networks". ICLR 2024.
+Debangshu Banerjee, Avaljot Singh, Gagandeep Singh. "Interpreting Robustness Proofs of Deep Neural
+Networks". ICLR 2024.
 
 Given a proof (a verified property), its *proof features* are the verifier's abstract
 element on each neuron of the last hidden layer, ``[l_i, u_i]``. A feature's priority is
@@ -19,7 +20,8 @@ from torch import Tensor
 
 from iclr24.proof_features.verify import AffineNet, ProofElement, VerificationResult, _Crown, spec_matrix
 
-__all__ = ["ProofFeatures", "feature_gradients", "proof_features", "proves_with", "sufficient_set", "top_k_preserved"]
+__all__ = ["ORDERS", "ProofFeatures", "feature_gradients", "feature_order", "proof_features", "proves_with",
+           "sufficient_set", "top_k_preserved", "weight_abs_priority"]
 
 
 @dataclass
@@ -70,38 +72,62 @@ def proves_with(pf: ProofFeatures, keep: Tensor) -> bool:
     return bool((lower > 0).all())
 
 
-def sufficient_set(pf: ProofFeatures, search: str = "binary") -> Tensor:
-    """Indices of the sufficient proof features, highest priority first.
+ORDERS = ("priority", "weight_abs", "random")
 
-    Features of zero priority go first; then the largest prefix of the rest, in ascending
-    priority, whose removal keeps the proof (at least one feature stays). ``"binary"``
-    search needs O(log n) re-checks and assumes removal is monotone; ``"linear"`` removes
-    one feature at a time until the proof breaks.
+
+def weight_abs_priority(pf: ProofFeatures) -> Tensor:
+    """The paper's "Gradient" baseline (official ``FeaturePriority.Weight_ABS``): ``max_j |(C W_L)_{j,i}|``,
+    how strongly the property's margins depend on each feature, ignoring its bounds."""
+    return pf.W_spec.abs().amax(0)
+
+
+def feature_order(pf: ProofFeatures, order: str = "priority", generator: torch.Generator | None = None) -> Tensor:
+    """The features of non-zero priority, most important first, by ``order``.
+
+    ``"priority"``: ProFIt's priority; ``"weight_abs"``: :func:`weight_abs_priority`; ``"random"``: a
+    random permutation (of the non-zero-priority features only, as the official baselines draw).
+    """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    candidates = torch.nonzero(pf.priority > 0).flatten()
+    if order == "random":
+        return candidates[torch.randperm(len(candidates), generator=generator)]
+    score = pf.priority if order == "priority" else weight_abs_priority(pf)
+    return candidates[torch.argsort(score[candidates], descending=True, stable=True)]
+
+
+def sufficient_set(pf: ProofFeatures, search: str = "linear", order: str = "priority",
+                   generator: torch.Generator | None = None) -> Tensor:
+    """Indices of the sufficient proof features, most important first.
+
+    Features of zero priority go first; the rest are kept as the shortest prefix of
+    :func:`feature_order` that still proves the property (at least one feature stays).
+    ``"linear"`` (the official search) tries 1, 2, ... features and returns the first that
+    proves: the smallest proving prefix, whatever the shape of the proof. ``"binary"`` needs
+    O(log n) re-checks but assumes that removing features never restores a proof; removal is
+    not monotone on real nets, and binary then returns a larger set (docs/proof_features.md).
     """
     if search not in ("binary", "linear"):
         raise ValueError(f"search must be 'binary' or 'linear', got {search!r}")
-    candidates = torch.nonzero(pf.priority > 0).flatten()
-    candidates = candidates[torch.argsort(pf.priority[candidates], stable=True)]  # ascending
+    ranked = feature_order(pf, order, generator)
 
-    def proves_without(p: int) -> bool:
+    def proves_top(n_kept: int) -> bool:
         keep = torch.zeros_like(pf.priority, dtype=torch.bool)
-        keep[candidates[p:]] = True
+        keep[ranked[:n_kept]] = True
         return proves_with(pf, keep)
 
-    if search == "binary":
-        lo, hi = 0, len(candidates) - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if proves_without(mid):
-                lo = mid
-            else:
-                hi = mid - 1
-        removed = lo
+    if search == "linear":
+        n_kept = next((n for n in range(1, len(ranked)) if proves_top(n)), len(ranked))
     else:
-        removed = 0
-        while removed < len(candidates) - 1 and proves_without(removed + 1):
-            removed += 1
-    return candidates[removed:].flip(0)
+        lo, hi = 1, len(ranked)  # the smallest n_kept that proves, if proving is monotone in n_kept
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if proves_top(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        n_kept = lo
+    return ranked[:n_kept]
 
 
 def top_k_preserved(pf: ProofFeatures, order: Tensor, k: int) -> bool:
@@ -111,10 +137,13 @@ def top_k_preserved(pf: ProofFeatures, order: Tensor, k: int) -> bool:
     return proves_with(pf, keep)
 
 
-def feature_gradients(pf: ProofFeatures) -> Tensor:
-    """Gradient of each feature's midpoint ``(l_i + u_i)/2`` w.r.t. the input: ``(lA_i + uA_i)/2``
-    from CROWN's linear bounds, ``(n_hidden, n_input)``. Needs a CROWN proof."""
+def feature_gradients(pf: ProofFeatures, post_relu: bool = True) -> Tensor:
+    """Gradient of each feature's midpoint ``(l_i + u_i)/2`` w.r.t. the input: ``(lA_i + uA_i)/2`` from
+    CROWN's linear bounds, ``(n_hidden, n_input)``. Needs a CROWN proof.
+
+    ``post_relu``: the bounds of the feature itself, the ReLU's output, as the official code takes
+    them (an inactive neuron has gradient 0); False: of its pre-activation."""
     if not isinstance(pf.element, _Crown):
         raise ValueError("feature_gradients needs a proof from method='crown' (its linear bounds)")
-    lA, uA = pf.element.input_coefficients()
+    lA, uA = pf.element.input_coefficients(post_relu=post_relu)
     return (lA + uA) / 2

@@ -169,11 +169,17 @@ class _Crown(ProofElement):
     def bound(self, W, b):
         return _crown_backward(self.net, self.bounds, len(self.bounds), W, b, self.x_lo, self.x_hi)[0]
 
-    def input_coefficients(self) -> tuple[Tensor, Tensor]:
-        """CROWN's linear bounds ``lA x + lb <= z <= uA x + ub`` of the last hidden pre-activations:
-        ``(lA, uA)``, each ``(n_hidden, n_input)``. Their mean is the gradient ProFIt visualises."""
-        k = len(self.bounds) - 1
-        W, b = self.net.weights[k], self.net.biases[k]
+    def input_coefficients(self, post_relu: bool = True) -> tuple[Tensor, Tensor]:
+        """CROWN's linear bounds ``lA x + lb <= h <= uA x + ub`` of the last hidden layer: ``(lA, uA)``, each
+        ``(n_hidden, n_input)``. ``post_relu``: of the ReLU outputs (the proof features); else of the
+        pre-activations. Their mean is the gradient ProFIt visualises."""
+        if post_relu:
+            k = len(self.bounds)
+            W = torch.eye(len(self.lower), dtype=self.lower.dtype)
+            b = torch.zeros_like(self.lower)
+        else:
+            k = len(self.bounds) - 1
+            W, b = self.net.weights[k], self.net.biases[k]
         _, lA = _crown_backward(self.net, self.bounds, k, W, b, self.x_lo, self.x_hi, return_A=True)
         _, uA = _crown_backward(self.net, self.bounds, k, -W, -b, self.x_lo, self.x_hi, return_A=True)
         return lA, -uA
