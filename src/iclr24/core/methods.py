@@ -13,4 +13,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "tora",
     "l2mac",
     "eft",
+    "orthogonal_classifier",
 )

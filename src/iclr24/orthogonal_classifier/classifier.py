@@ -1,0 +1,139 @@
+"""The fixed non-negative orthogonal classifier, arc-mixup, and the masked softmax (Kim & Kim, ICLR 2024).
+
+The classifier is a fixed matrix ``W`` (num_classes, in_features): a random permutation of the
+feature dimensions is cut into one block per class (leftover dimensions go to random classes),
+``W[c, block_c] = 1`` and each row is L2-normalised. It is non-negative with disjoint supports,
+so its rows are orthonormal, and it is never trained. With non-negative features (a ReLU before
+it) training drives the *raw* class means to be orthogonal and to live in their own class's
+block: zero-mean neural collapse, where each class owns its feature dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from iclr24.core.checks import check_int
+
+__all__ = ["FixedNonNegativeOrthogonalClassifier", "LearnableClassifier", "SimplexETFClassifier", "arc_mixup",
+           "arc_mixup_loss", "masked_cross_entropy"]
+
+
+class FixedNonNegativeOrthogonalClassifier(nn.Module):
+    """``logits = scale * h @ W.T`` with ``W`` fixed, non-negative, rows orthonormal on disjoint supports.
+
+    Args:
+        in_features: feature dimension D (>= num_classes: every class needs a dimension).
+        num_classes: C.
+        scale: the logit scale (fixed rows of unit norm give logits of the features' size).
+        generator: seeds the permutation of the dimensions.
+
+    Shapes:
+        h: ``(..., in_features)``, non-negative for the geometry to hold; output ``(..., num_classes)``.
+    """
+
+    def __init__(self, in_features: int, num_classes: int, *, scale: float = 1.0,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        check_int("num_classes", num_classes, minimum=1)
+        check_int("in_features", in_features, minimum=1)
+        if in_features < num_classes:
+            raise ValueError(f"in_features must be >= num_classes so every class owns a dimension, got "
+                             f"in_features={in_features}, num_classes={num_classes}")
+        if not (isinstance(scale, (int, float)) and scale > 0):
+            raise ValueError(f"scale must be a positive number, got {scale!r}")
+        self.in_features, self.num_classes, self.scale = in_features, num_classes, float(scale)
+        order = torch.randperm(in_features, generator=generator)
+        per_class = in_features // num_classes
+        owner = torch.empty(in_features, dtype=torch.long)
+        owner[order[:per_class * num_classes]] = torch.arange(num_classes).repeat_interleave(per_class)
+        leftover = order[per_class * num_classes:]  # to random classes
+        owner[leftover] = torch.randint(num_classes, (len(leftover),), generator=generator)
+        W = F.one_hot(owner, num_classes).T.float()  # (C, D): W[c, d] = 1 where class c owns d
+        self.register_buffer("weight", W / W.sum(1, keepdim=True).sqrt())
+        self.register_buffer("owner", owner)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.scale * h @ self.weight.T
+
+    def feature_mask(self, classes) -> Tensor:
+        """Bool mask ``(in_features,)`` of the dimensions the given classes own."""
+        classes = torch.as_tensor(classes).flatten()
+        return torch.isin(self.owner, classes.to(self.owner.device))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, num_classes={self.num_classes}, scale={self.scale:g}"
+
+
+class SimplexETFClassifier(nn.Module):
+    """A fixed simplex equiangular tight frame: ``sqrt(C / (C - 1)) U (I - 11^T / C)`` with ``U`` random
+    orthonormal ``(D, C)`` (Papyan et al.'s neural-collapse geometry, fixed as in Yang et al. 2022)."""
+
+    def __init__(self, in_features: int, num_classes: int, *, scale: float = 1.0,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if in_features < num_classes or num_classes < 2:
+            raise ValueError(f"need in_features >= num_classes >= 2, got {in_features}, {num_classes}")
+        U, _ = torch.linalg.qr(torch.randn(in_features, num_classes, generator=generator))
+        centred = torch.eye(num_classes) - torch.full((num_classes, num_classes), 1.0 / num_classes)
+        self.register_buffer("weight", (math.sqrt(num_classes / (num_classes - 1)) * U @ centred).T)
+        self.in_features, self.num_classes, self.scale = in_features, num_classes, float(scale)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.scale * h @ self.weight.T
+
+
+class LearnableClassifier(nn.Linear):
+    """The usual trained linear classifier, with the fixed classifiers' API (``weight``, ``num_classes``)."""
+
+    def __init__(self, in_features: int, num_classes: int, *, bias: bool = True, **_) -> None:
+        super().__init__(in_features, num_classes, bias=bias)
+        self.num_classes = num_classes
+
+
+def masked_cross_entropy(logits: Tensor, targets: Tensor, classes: Tensor | None = None) -> Tensor:
+    """Cross-entropy over only ``classes`` (default: the classes present in ``targets``): the masked
+    softmax of continual learning, which never pushes down classes absent from the batch."""
+    classes = targets.unique() if classes is None else torch.as_tensor(classes, device=logits.device)
+    mask = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    mask[classes] = True
+    return F.cross_entropy(logits.masked_fill(~mask, float("-inf")), targets)
+
+
+def arc_mixup(x_a: Tensor, x_b: Tensor, alpha: float = 1.0, *, generator: torch.Generator | None = None
+              ) -> tuple[Tensor, Tensor]:
+    """Arc-mixup's inputs: ``a = sin(pi lam / 2)`` with ``lam ~ Beta(alpha, alpha)`` per sample, and
+    ``a x_a + sqrt(1 - a^2) x_b``; the two weights lie on the unit circle, so a mix of two orthogonal
+    class directions keeps unit norm. Returns ``(mixed, a)``, ``a`` of shape ``(batch,)``."""
+    if x_a.shape != x_b.shape:
+        raise ValueError(f"x_a and x_b must have the same shape, got {tuple(x_a.shape)} and {tuple(x_b.shape)}")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+    beta = torch.distributions.Beta(torch.tensor(float(alpha)), torch.tensor(float(alpha)))
+    u = torch.rand(x_a.shape[0], generator=generator)
+    lam = _beta_icdf(beta, u)
+    a = torch.sin(math.pi * lam / 2).to(x_a.dtype)
+    shape = (-1,) + (1,) * (x_a.dim() - 1)
+    return a.view(shape) * x_a + (1 - a ** 2).clamp_min(0).sqrt().view(shape) * x_b, a
+
+
+def _beta_icdf(beta: torch.distributions.Beta, u: Tensor) -> Tensor:
+    """Beta quantiles of uniform draws (scipy's inverse regularised incomplete beta): seeded by ``u``."""
+    from scipy.special import betaincinv
+
+    return torch.as_tensor(betaincinv(float(beta.concentration1), float(beta.concentration0), u.double().numpy()),
+                           dtype=torch.float32)
+
+
+def arc_mixup_loss(features: Tensor, classifier: FixedNonNegativeOrthogonalClassifier, y_a: Tensor, y_b: Tensor,
+                   a: Tensor, *, eps: float = 1e-6) -> Tensor:
+    """``-log <f~, m>``: the features masked to the blocks of the batch's classes and L2-normalised, against
+    the target ``m = a w_{y_a} + sqrt(1 - a^2) w_{y_b}``."""
+    mask = classifier.feature_mask(torch.cat([y_a, y_b]).unique()).to(features.dtype)
+    f = F.normalize(features * mask, dim=-1)
+    W = classifier.weight
+    m = a[:, None] * W[y_a] + (1 - a ** 2).clamp_min(0).sqrt()[:, None] * W[y_b]
+    return -torch.log((f * m).sum(-1) + eps).mean()  # no clamp: a clamp would stop the gradient at 0

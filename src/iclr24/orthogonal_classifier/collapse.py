@@ -1,0 +1,92 @@
+"""Neural-collapse metrics (Papyan et al., 2020) and the zero-mean variants the paper measures.
+
+All take features ``(n, d)`` and integer labels ``(n,)``; classes are those present in ``labels``.
+The classical metrics centre the class means on the global mean; zero-mean collapse is about the
+*raw* class means, which become orthogonal and align with the fixed classifier's rows.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["class_means", "nc1", "nc2_equiangular", "nc2_equinorm", "nc3_self_duality", "own_block_energy",
+           "raw_mean_cosine"]
+
+
+def class_means(features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """``(classes, means)``: the sorted classes present and each class's mean feature ``(C, d)``."""
+    features, labels = _check(features, labels)
+    classes = labels.unique()
+    return classes, torch.stack([features[labels == c].mean(0) for c in classes])
+
+
+def nc1(features: Tensor, labels: Tensor) -> float:
+    """Within-class variability relative to between-class: ``tr(S_W S_B^+) / C`` (0 at perfect collapse)."""
+    features, labels = _check(features, labels)
+    classes, means = class_means(features, labels)
+    centred = means - features.mean(0)
+    between = centred.T @ centred / len(classes)
+    within = torch.zeros_like(between)
+    for c, mu in zip(classes, means):
+        deviation = features[labels == c] - mu
+        within += deviation.T @ deviation
+    within /= len(features)
+    return float(torch.trace(within @ torch.linalg.pinv(between)) / len(classes))
+
+
+def nc2_equinorm(features: Tensor, labels: Tensor) -> float:
+    """Coefficient of variation of the centred class means' norms (0: equal norms)."""
+    _, means = class_means(features, labels)
+    norms = (means - features.double().mean(0)).norm(dim=1)
+    return float(norms.std(unbiased=False) / norms.mean())
+
+
+def nc2_equiangular(features: Tensor, labels: Tensor) -> float:
+    """Mean ``|cos(mu_c, mu_c') + 1 / (C - 1)|`` over pairs of centred means (0: a simplex ETF)."""
+    _, means = class_means(features, labels)
+    cos = _cosines(means - features.double().mean(0))
+    C = len(means)
+    off = ~torch.eye(C, dtype=torch.bool)
+    return float((cos[off] + 1.0 / (C - 1)).abs().mean())
+
+
+def nc3_self_duality(features: Tensor, labels: Tensor, weight: Tensor, *, centred: bool = True) -> float:
+    """``|| W / ||W|| - M / ||M|| ||_F``: how far the classifier's rows are from the class means (centred, or raw
+    for zero-mean collapse); rows of ``weight`` in the order of the sorted classes present."""
+    classes, means = class_means(features, labels)
+    if centred:
+        means = means - features.double().mean(0)
+    W = weight.double()[classes]
+    return float((W / W.norm() - means / means.norm()).norm())
+
+
+def raw_mean_cosine(features: Tensor, labels: Tensor) -> float:
+    """Mean ``|cos|`` between the raw (uncentred) class means: 0 when they are orthogonal (zero-mean collapse)."""
+    _, means = class_means(features, labels)
+    cos = _cosines(means)
+    off = ~torch.eye(len(means), dtype=torch.bool)
+    return float(cos[off].abs().mean())
+
+
+def own_block_energy(features: Tensor, labels: Tensor, owner: Tensor) -> float:
+    """Mean over classes of the share of ``||mu_c||^2`` on the dimensions class c owns (``owner[d]`` is the
+    class of dimension d, as :class:`FixedNonNegativeOrthogonalClassifier` has it)."""
+    classes, means = class_means(features, labels)
+    shares = [float((mu[owner == c] ** 2).sum() / (mu ** 2).sum().clamp_min(1e-30)) for c, mu in zip(classes, means)]
+    return sum(shares) / len(shares)
+
+
+def _cosines(vectors: Tensor) -> Tensor:
+    unit = vectors / vectors.norm(dim=1, keepdim=True).clamp_min(1e-30)
+    return unit @ unit.T
+
+
+def _check(features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    features, labels = torch.as_tensor(features).double(), torch.as_tensor(labels)
+    if features.dim() != 2 or labels.shape != features.shape[:1]:
+        raise ValueError(f"features must be (n, d) and labels (n,), got {tuple(features.shape)} and "
+                         f"{tuple(labels.shape)}")
+    if len(labels.unique()) < 2:
+        raise ValueError("neural-collapse metrics need at least two classes in labels")
+    return features, labels
