@@ -41,6 +41,13 @@ def _optimizer(net: nn.Module, lr: float, steps: int):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
 
 
+def _update(optimizer, schedule, loss: Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    schedule.step()
+
+
 def train_classifier(net: Net, X: Tensor, y: Tensor, *, epochs: int, lr: float = 0.05, batch_size: int = 128,
                      generator: torch.Generator | None = None,
                      checkpoint: Callable[[int], None] | None = None) -> Net:
@@ -52,10 +59,7 @@ def train_classifier(net: Net, X: Tensor, y: Tensor, *, epochs: int, lr: float =
         net.train()
         for batch in torch.randperm(len(y), generator=generator).split(batch_size):
             loss = F.cross_entropy(net(X[batch]), y[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            _update(optimizer, schedule, loss)
         if checkpoint is not None:
             checkpoint(epoch + 1)
     return net.eval()
@@ -89,10 +93,7 @@ def continual_er(net: Net, tasks: list[tuple[Tensor, Tensor]], *, epochs: int, b
                     yb = torch.cat([yb, torch.stack([buffer_y[i] for i in replay])])
                 logits = net(xb)
                 loss = masked_cross_entropy(logits, yb) if masked else F.cross_entropy(logits, yb)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                schedule.step()
+                _update(optimizer, schedule, loss)
         for xi, yi in zip(X, y):  # reservoir sampling over the stream
             seen += 1
             if len(buffer_x) < buffer_size:
@@ -138,8 +139,5 @@ def train_imbalanced(net: Net, X: Tensor, y: Tensor, *, method: str, epochs: int
                 else:
                     mixed, a = arc_mixup(xa, xb, alpha, generator=generator)
                     loss = arc_mixup_loss(net.encoder(mixed), net.head, ya, yb, a)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
+            _update(optimizer, schedule, loss)
     return net.eval()
