@@ -50,6 +50,21 @@ def test_numpy_in_numpy_out_and_tokens_ruled_out_by_both_small_models():
     assert eft_logprobs(large, FT, S)[0] == -math.inf
 
 
+def test_a_token_a_small_model_rules_out_never_makes_nan():
+    uniform = torch.full((4,), 0.25).log()
+    half = torch.tensor([0.5, 0.5, 0.0, 0.0]).log()  # base_small rules out tokens 2 and 3; ft_small does not
+    out = eft_logprobs(uniform, uniform, half)
+    assert not out.isnan().any() and out.exp().sum() == pytest.approx(1.0) and out[2] > out[0]
+    out = eft_logprobs(uniform, half, uniform, beta=-1.0)
+    assert not out.isnan().any() and out.exp().sum() == pytest.approx(1.0)
+    large = uniform.clone()
+    large[2] = -math.inf  # ruled out by the large base: stays ruled out, whatever the small ones say
+    assert eft_logprobs(large, uniform, half)[2] == -math.inf
+    assert float(eft_logprobs(uniform, uniform, uniform, beta=np.float32(0.5))[0]) == pytest.approx(math.log(0.25))
+    with pytest.raises(ValueError, match="beta must be a finite number, got True"):
+        eft_logprobs(uniform, uniform, uniform, beta=True)
+
+
 def test_interpolated_rewards_move_between_the_two_behaviours():
     harmless = torch.tensor([0.6, 0.2, 0.2]).log()
     assert torch.allclose(interpolate_rewards(S, [FT, harmless], [1.0, 0.0]), implicit_reward(FT, S))
@@ -117,10 +132,28 @@ def test_eft_model_refuses_models_that_do_not_share_a_tokenizer():
     other = WordVocab(["<eos>", "a", "b", "c", "d", "x"])
     with pytest.raises(ValueError, match=r"share a tokenizer: 'tiny0' and 'odd' differ in their vocabulary"):
         EFTModel(tiny(0), tiny(1), tiny(2, vocab=other, name="odd"))
+
+    class Opaque:  # no vocabulary to read and a tokenize that refuses the probe: nothing to compare
+        def __init__(self, model):
+            self.model, self.name, self.capabilities = model, "opaque", model.capabilities
+
+        def next_token_logprobs(self, ids):
+            return self.model.next_token_logprobs(ids)
+
+        def tokenize(self, text):
+            raise NotImplementedError
+
+    with pytest.raises(ValueError, match=r"'tiny1' and 'odd' differ"):  # the other two are still compared
+        EFTModel(Opaque(tiny(0)), tiny(1), tiny(2, vocab=other, name="odd"))
+    with pytest.raises(ValueError, match="top_k must be"):
+        EFTModel(tiny(0), tiny(1), tiny(2), top_k=0)
+    with pytest.raises(ValueError, match="at least one token"):
+        EFTModel(tiny(0), tiny(1), tiny(2)).generate("")
     with pytest.raises(TypeError, match="ft_small must be a LanguageModel"):
         EFTModel(tiny(0), object(), tiny(2))
     with pytest.raises(ValueError, match="beta must be a finite number"):
         EFTModel(tiny(0), tiny(1), tiny(2), beta=math.inf)
+    assert EFTModel(tiny(0), tiny(1), tiny(2), beta=torch.tensor(0.5)).beta == 0.5
 
 
 def test_embedded_model_invariants():

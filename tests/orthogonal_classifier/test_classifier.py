@@ -82,6 +82,23 @@ def test_masked_softmax_ignores_absent_classes():
                                F.cross_entropy(logits[:, 1:2], torch.tensor([0])))
 
 
+def test_masked_softmax_refuses_targets_outside_the_kept_classes():
+    logits = torch.zeros(2, 4)
+    with pytest.raises(ValueError, match="every target must be among the classes kept"):
+        masked_cross_entropy(logits, torch.tensor([0, 1]), classes=[0, 2])
+    with pytest.raises(ValueError, match=r"classes must lie in \[0, 4\)"):
+        masked_cross_entropy(logits, torch.tensor([0, 1]), classes=[0, 1, 7])
+
+
+def test_imbalanced_training_with_an_absent_class_pairs_only_present_classes():
+    from iclr24.orthogonal_classifier.training import train_imbalanced
+
+    X, y = torch.rand(20, 6), torch.tensor([0, 2] * 10)  # class 1 has no samples
+    for method in ("mixup", "arc_mixup"):
+        net = Net(6, (12,), fno(12, 3))
+        train_imbalanced(net, X, y, method=method, epochs=2, generator=torch.Generator().manual_seed(0))
+
+
 def test_arc_mixup_weights_lie_on_the_unit_circle():
     xa, xb = torch.eye(2)[:1].repeat(20000, 1), torch.eye(2)[1:].repeat(20000, 1)
     mixed, a = arc_mixup(xa, xb, alpha=1.0, generator=torch.Generator().manual_seed(0))
@@ -92,8 +109,10 @@ def test_arc_mixup_weights_lie_on_the_unit_circle():
     assert torch.equal(mixed, again)
     with pytest.raises(ValueError, match="same shape"):
         arc_mixup(xa, xb[:3])
-    with pytest.raises(ValueError, match="alpha must be > 0"):
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0"):
         arc_mixup(xa, xb, alpha=0.0)
+    with pytest.raises(ValueError, match="alpha must be a finite number > 0"):
+        arc_mixup(xa, xb, alpha=float("inf"))
 
 
 def test_arc_mixup_loss_is_zero_on_the_target_and_ignores_other_classes_blocks():

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from iclr24.core.checks import check_int
 from iclr24.llm.base import (
     Capabilities,
     Completion,
@@ -47,12 +48,20 @@ def _as_tensor(x) -> tuple[torch.Tensor, bool]:
     return torch.as_tensor(np.asarray(x) if is_numpy else x).double(), is_numpy
 
 
+#: Log-probabilities are read no lower than this (nats), so a token a small model rules out (-inf) gives a
+#: finite reward and the combination never becomes NaN; no real model's log-probability comes near it.
+LOGPROB_FLOOR = -1e4
+
+
 def implicit_reward(ft, base):
-    """``log p_ft - log p_base`` per token: the reward fine-tuning implicitly optimised (up to beta)."""
+    """``log p_ft - log p_base`` per token: the reward fine-tuning implicitly optimised (up to beta).
+
+    Zero probabilities are read as ``exp(LOGPROB_FLOOR)``: a token both rule out gets reward 0, a token
+    only the base rules out a large finite one."""
     (ft, is_numpy), (base, _) = _as_tensor(ft), _as_tensor(base)
     if ft.shape != base.shape:
         raise ValueError(f"ft and base must have the same shape, got {tuple(ft.shape)} and {tuple(base.shape)}")
-    reward = ft - base
+    reward = ft.clamp_min(LOGPROB_FLOOR) - base.clamp_min(LOGPROB_FLOOR)
     return reward.numpy() if is_numpy else reward
 
 
@@ -66,11 +75,22 @@ def interpolate_rewards(base, fts: Sequence, weights: Sequence[float]):
     """
     if len(fts) != len(weights) or not fts:
         raise ValueError(f"fts and weights must have the same non-zero length, got {len(fts)} and {len(weights)}")
-    if not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights):
-        raise ValueError(f"weights must be finite numbers, got {list(weights)}")
+    weights = [_finite("weights[%d]" % i, w) for i, w in enumerate(weights)]
     rewards = [implicit_reward(ft, base) for ft in fts]
-    total = sum(float(w) * r for w, r in zip(weights, rewards))
-    return total
+    return sum(w * r for w, r in zip(weights, rewards))
+
+
+def _finite(name: str, value) -> float:
+    """``value`` as a float (Python, numpy or 0-d torch numbers), refusing bools, NaN and infinities."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return number
 
 
 def eft_logprobs(base_large, ft_small=None, base_small=None, beta: float = 1.0, *, reward=None):
@@ -95,8 +115,7 @@ def eft_logprobs(base_large, ft_small=None, base_small=None, beta: float = 1.0, 
     >>> torch.allclose(eft_logprobs(large, large * 0, large * 0), large.double())      # zero reward: the base
     True
     """
-    if not isinstance(beta, (int, float)) or not math.isfinite(beta):
-        raise ValueError(f"beta must be a finite number, got {beta!r}")
+    beta = _finite("beta", beta)
     base, is_numpy = _as_tensor(base_large)
     if reward is None:
         if ft_small is None or base_small is None:
@@ -108,8 +127,8 @@ def eft_logprobs(base_large, ft_small=None, base_small=None, beta: float = 1.0, 
     if reward.shape != base.shape:
         raise ValueError(f"the reward's shape {tuple(reward.shape)} differs from base_large's {tuple(base.shape)}: "
                          f"the models must share a vocabulary")
-    # a token the fine-tuned and base models both rule out (-inf - -inf) gets no reward, not NaN
-    reward = torch.nan_to_num(reward, nan=0.0, posinf=math.inf, neginf=-math.inf)
+    if reward.isnan().any():
+        raise ValueError("the reward holds NaN")
     combined = torch.log_softmax(base + beta * reward if beta else base, -1)
     return combined.numpy() if is_numpy else combined
 
@@ -135,9 +154,9 @@ class EFTModel:
         for role, model in (("base_large", base_large), ("ft_small", ft_small), ("base_small", base_small)):
             if not callable(getattr(model, "next_token_logprobs", None)):
                 raise TypeError(f"{role} must be a LanguageModel, got {type(model).__name__}")
-        if not isinstance(beta, (int, float)) or not math.isfinite(beta):
-            raise ValueError(f"beta must be a finite number, got {beta!r}")
-        self.base_large, self.ft_small, self.base_small, self.beta = base_large, ft_small, base_small, float(beta)
+        beta = _finite("beta", beta)
+        check_int("top_k", top_k, minimum=1)
+        self.base_large, self.ft_small, self.base_small, self.beta = base_large, ft_small, base_small, beta
         self.components = (base_large, ft_small, base_small)
         exact = all(m.capabilities.full_logits for m in self.components)
         if exact:
@@ -202,6 +221,8 @@ class EFTModel:
             start, sample_seed = time.perf_counter(), None if seed is None else seed + i
             if self.capabilities.full_logits:
                 ids = self.base_large.tokenize(prompt)
+                if not ids:
+                    raise ValueError("the prompt must hold at least one token")
                 text, finish, new, scores = decode_tokens(
                     self.next_token_logprobs, ids, max_tokens=max_tokens, detokenize=self.detokenize, stop=stop,
                     temperature=temperature, top_p=top_p, seed=sample_seed, eos_id=_eos_id(self.base_large))
@@ -263,28 +284,32 @@ _PROBE = "The quick brown fox, 12345 jumps over émigrés; x**2 == 4?\n\tdef f()
 def check_shared_tokenizer(models: Sequence) -> None:
     """Raise ValueError naming the first two models whose tokenizers differ.
 
-    Compares vocabularies where the backends expose them (transformers tokenizers, word
-    vocabularies), else how each tokenizes a probe text.
+    Every pair is compared: by vocabulary where both expose one (transformers tokenizers, word
+    vocabularies), else by how each tokenizes a probe text; a pair with nothing to compare is skipped.
     """
-    def fingerprint(model):
+    def vocabulary(model):
         tokenizer = getattr(model, "tokenizer", None)
         if tokenizer is not None and callable(getattr(tokenizer, "get_vocab", None)):
-            return "vocabulary", tokenizer.get_vocab()
+            return tokenizer.get_vocab()
         vocab = getattr(model, "vocab", None)
-        if vocab is not None and hasattr(vocab, "words"):
-            return "vocabulary", list(vocab.words)
-        try:
-            return "tokenization of a probe text", model.tokenize(_PROBE)
-        except (NotImplementedError, ValueError):
-            return "nothing to compare", None
+        return list(vocab.words) if vocab is not None and hasattr(vocab, "words") else None
 
-    first, reference = models[0], fingerprint(models[0])
-    for other in models[1:]:
-        kind, value = fingerprint(other)
-        if value is None or reference[1] is None:
-            continue
-        if kind != reference[0] or value != reference[1]:
-            size = (f" ({len(reference[1])} and {len(value)} entries)"
-                    if hasattr(value, "__len__") and hasattr(reference[1], "__len__") else "")
-            raise ValueError(f"EFT needs models that share a tokenizer: {first.name!r} and {other.name!r} differ in "
-                             f"their {kind}{size}")
+    def probe(model):
+        try:
+            return model.tokenize(_PROBE)
+        except (NotImplementedError, ValueError):
+            return None
+
+    prints = [(vocabulary(m), probe(m)) for m in models]
+    for i in range(len(models)):
+        for j in range(i + 1, len(models)):
+            (vocab_a, probe_a), (vocab_b, probe_b) = prints[i], prints[j]
+            if vocab_a is not None and vocab_b is not None:
+                kind, a, b = "vocabulary", vocab_a, vocab_b
+            elif probe_a is not None and probe_b is not None:
+                kind, a, b = "tokenization of a probe text", probe_a, probe_b
+            else:
+                continue
+            if a != b:
+                raise ValueError(f"EFT needs models that share a tokenizer: {models[i].name!r} and {models[j].name!r} "
+                                 f"differ in their {kind} ({len(a)} and {len(b)} entries)")

@@ -42,6 +42,8 @@ class SpeculativeResult:
 def _probs(logprobs: torch.Tensor, temperature: float) -> torch.Tensor:
     """The sampling distribution: softmax at ``temperature``, or the one-hot argmax at 0."""
     logprobs = torch.as_tensor(logprobs).double()
+    if logprobs.isnan().any():
+        raise ValueError("a next-token distribution holds NaN")
     if temperature == 0:
         return torch.nn.functional.one_hot(logprobs.argmax(-1), logprobs.shape[-1]).double()
     return torch.softmax(logprobs / temperature, -1)
@@ -71,6 +73,8 @@ def speculative_generate(target, draft, prompt: str | Sequence[int], *, k: int =
         Draft tokens per block.
     temperature : float
         Applied to both distributions; 0 gives the target's greedy output.
+    eos_id : int, optional
+        The end token, which stops sampling; None samples ``max_tokens`` tokens whatever they are.
 
     Returns
     -------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -43,7 +44,7 @@ class FixedNonNegativeOrthogonalClassifier(nn.Module):
         if in_features < num_classes:
             raise ValueError(f"in_features must be >= num_classes so every class owns a dimension, got "
                              f"in_features={in_features}, num_classes={num_classes}")
-        if not (isinstance(scale, (int, float)) and scale > 0):
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)) or not 0 < scale < math.inf:
             raise ValueError(f"scale must be a positive number, got {scale!r}")
         self.in_features, self.num_classes, self.scale = in_features, num_classes, float(scale)
         order = torch.randperm(in_features, generator=generator)
@@ -97,8 +98,14 @@ class LearnableClassifier(nn.Linear):
 def masked_cross_entropy(logits: Tensor, targets: Tensor, classes: Tensor | None = None) -> Tensor:
     """Cross-entropy over only ``classes`` (default: the classes present in ``targets``): the masked
     softmax of continual learning, which never pushes down classes absent from the batch."""
-    classes = targets.unique() if classes is None else torch.as_tensor(classes, device=logits.device)
-    mask = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    classes = targets.unique() if classes is None else torch.as_tensor(classes, device=logits.device).flatten()
+    n = logits.shape[-1]
+    if len(classes) and (int(classes.min()) < 0 or int(classes.max()) >= n):
+        raise ValueError(f"classes must lie in [0, {n}), got {classes.tolist()}")
+    if not torch.isin(targets, classes).all():
+        raise ValueError(f"every target must be among the classes kept: targets {targets.unique().tolist()}, "
+                         f"classes {classes.tolist()}")
+    mask = torch.zeros(n, dtype=torch.bool, device=logits.device)
     mask[classes] = True
     return F.cross_entropy(logits.masked_fill(~mask, float("-inf")), targets)
 
@@ -110,8 +117,8 @@ def arc_mixup(x_a: Tensor, x_b: Tensor, alpha: float = 1.0, *, generator: torch.
     class directions keeps unit norm. Returns ``(mixed, a)``, ``a`` of shape ``(batch,)``."""
     if x_a.shape != x_b.shape:
         raise ValueError(f"x_a and x_b must have the same shape, got {tuple(x_a.shape)} and {tuple(x_b.shape)}")
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < math.inf:
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
     beta = torch.distributions.Beta(torch.tensor(float(alpha)), torch.tensor(float(alpha)))
     u = torch.rand(x_a.shape[0], generator=generator)
     lam = _beta_icdf(beta, u)

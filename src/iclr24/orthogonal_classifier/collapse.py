@@ -53,7 +53,8 @@ def nc2_equiangular(features: Tensor, labels: Tensor) -> float:
 
 def nc3_self_duality(features: Tensor, labels: Tensor, weight: Tensor, *, centred: bool = True) -> float:
     """``|| W / ||W|| - M / ||M|| ||_F``: how far the classifier's rows are from the class means (centred, or raw
-    for zero-mean collapse); rows of ``weight`` in the order of the sorted classes present."""
+    for zero-mean collapse). ``weight`` has one row per class id (row c for class c); the rows of the classes
+    present in ``labels`` are compared."""
     classes, means = class_means(features, labels)
     if centred:
         means = means - features.double().mean(0)

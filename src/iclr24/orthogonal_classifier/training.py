@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from iclr24.orthogonal_classifier.classifier import (
     FixedNonNegativeOrthogonalClassifier,
+    _beta_icdf,
     arc_mixup,
     arc_mixup_loss,
     masked_cross_entropy,
@@ -109,14 +110,14 @@ def continual_er(net: Net, tasks: list[tuple[Tensor, Tensor]], *, epochs: int, b
 def train_imbalanced(net: Net, X: Tensor, y: Tensor, *, method: str, epochs: int, alpha: float = 1.0,
                      lr: float = 0.05, batch_size: int = 128, generator: torch.Generator | None = None) -> Net:
     """``method``: ``"none"`` (cross-entropy), ``"mixup"`` (linear mixup with soft targets) or ``"arc_mixup"``
-    (arc-mixup of each sample with a class-balanced partner, features masked to the batch's classes, loss
-    ``-log <f~, m>``; needs the fixed orthogonal classifier)."""
+    (features masked to the batch's classes, loss ``-log <f~, m>``; needs the fixed orthogonal classifier).
+    Both mixups pair each sample with a class-balanced partner, so they differ only in how they mix."""
     if method not in ("none", "mixup", "arc_mixup"):
         raise ValueError(f"method must be 'none', 'mixup' or 'arc_mixup', got {method!r}")
     if method == "arc_mixup" and not isinstance(net.head, FixedNonNegativeOrthogonalClassifier):
         raise ValueError("arc_mixup needs a FixedNonNegativeOrthogonalClassifier head")
-    num_classes = net.head.num_classes
-    by_class = [torch.nonzero(y == c).flatten() for c in range(num_classes)]
+    present = y.unique().tolist()  # partners come from the classes that have samples
+    by_class = [torch.nonzero(y == c).flatten() for c in present]
     steps = epochs * math.ceil(len(y) / batch_size)
     optimizer, schedule = _optimizer(net, lr, steps)
     for _ in range(epochs):
@@ -125,13 +126,14 @@ def train_imbalanced(net: Net, X: Tensor, y: Tensor, *, method: str, epochs: int
             xa, ya = X[batch], y[batch]
             if method == "none":
                 loss = F.cross_entropy(net(xa), ya)
-            else:  # a class-balanced partner for each sample: a uniform class, then a uniform member
-                classes = torch.randint(num_classes, (len(batch),), generator=generator)
+            else:  # a class-balanced partner for each sample (both mixups): a uniform class, then a uniform member
+                classes = torch.randint(len(present), (len(batch),), generator=generator)
                 partner = torch.stack([by_class[c][torch.randint(len(by_class[c]), (1,), generator=generator)][0]
                                        for c in classes.tolist()])
                 xb, yb = X[partner], y[partner]
                 if method == "mixup":
-                    lam = torch.distributions.Beta(alpha, alpha).sample((len(batch),))
+                    lam = _beta_icdf(torch.distributions.Beta(float(alpha), float(alpha)),
+                                     torch.rand(len(batch), generator=generator))
                     mixed = lam[:, None] * xa + (1 - lam[:, None]) * xb
                     logp = F.log_softmax(net(mixed), -1)
                     loss = -(lam * logp.gather(1, ya[:, None])[:, 0]
