@@ -30,6 +30,7 @@ from iclr24.core.tiny_lm import TinyLMConfig  # noqa: E402
 from iclr24.eft.eft import EFTModel  # noqa: E402
 from iclr24.eft.speculative import speculative_generate  # noqa: E402
 from iclr24.eft.toy import ToyWorld, train_lm  # noqa: E402
+from iclr24.llm.base import decode_tokens  # noqa: E402
 from iclr24.llm.torch_lm import TorchLM  # noqa: E402
 
 PAPER = "An Emulator for Fine-Tuning Large Language Models using Small Language Models (Mitchell et al., ICLR 2024)"
@@ -222,12 +223,9 @@ def speculative_checks(target: EFTModel, draft: TorchLM, world: ToyWorld, cfg: C
                                        seed=i).target_calls
     speculative_s = time.perf_counter() - start
     start = time.perf_counter()
-    for i, ids in enumerate(speed_prompts):
-        generator = torch.Generator().manual_seed(i)
-        tokens = list(ids)
-        for _ in range(cfg.spec_tokens):  # plain EFT decoding, no end token, for the same token count
-            probs = torch.softmax(target.next_token_logprobs(tokens) / T, -1)
-            tokens.append(int(torch.multinomial(probs, 1, generator=generator)))
+    for i, ids in enumerate(speed_prompts):  # plain EFT decoding, no end token, for the same token count
+        decode_tokens(target.next_token_logprobs, ids, max_tokens=cfg.spec_tokens, detokenize=lambda t: "",
+                      temperature=T, seed=i)
     plain_s = time.perf_counter() - start
     return {"chi2_statistic": float(chi2.statistic) if chi2 else 0.0, "chi2_p": float(chi2.pvalue) if chi2 else 1.0,
             "chi2_categories": len(observed), "acceptance_rate": accepted / max(1, proposed),
