@@ -40,11 +40,85 @@ def test_loss_matches_a_hand_computation():
     assert parts == {"mse": 2.0, "l1": 1.0} and loss.item() == pytest.approx(2.5)
 
 
-def test_rows_stay_unit_norm_after_every_step():
+def test_untied_training_keeps_decoder_rows_unit_and_leaves_the_encoder_free():
     data, _ = toy_superposition(2000, d=8, n_features=16, seed=0)
-    sae = train_sae(data, SAETrainingConfig(d_sae=16, steps=5, batch_size=64, tied=False))
+    sae = train_sae(data, SAETrainingConfig(d_sae=16, steps=20, batch_size=64, tied=False))
     torch.testing.assert_close(sae.dictionary.norm(dim=-1), torch.ones(16))
-    torch.testing.assert_close(sae.decoder.norm(dim=-1), torch.ones(16))
+    assert (sae.W_enc.norm(dim=0) - 1).abs().max() > 1e-2  # the paper's untied encoder is not normalised
+    legacy = train_sae(data, SAETrainingConfig(d_sae=16, steps=20, batch_size=64, tied=False, normalize_encoder=True))
+    torch.testing.assert_close(legacy.W_enc.norm(dim=0), torch.ones(16))
+    with pytest.raises(ValueError, match="normalize_encoder applies to untied SAEs only"):
+        SparseAutoencoder(4, 8, tied=True, normalize_encoder=True)
+
+
+def _saelens_codes(folder, x):
+    """SAELens's standard SAE, written out: codes = ReLU((x - b_dec) W_enc + b_enc), x^ = codes W_dec + b_dec."""
+    from safetensors.torch import load_file
+
+    w = load_file(str(folder / "sae_weights.safetensors"))
+    codes = torch.relu((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"])
+    return codes, codes @ w["W_dec"] + w["b_dec"]
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_saved_weights_give_our_codes_by_saelens_formula(tmp_path, tied):
+    pytest.importorskip("safetensors")
+    torch.manual_seed(0)
+    sae = SparseAutoencoder(6, 12, tied=tied, centring=torch.randn(6))
+    with torch.no_grad():
+        sae.dictionary.mul_(3.0)  # raw rows of norm != 1: the saved W_dec must be the normalised one used
+        sae.b_enc.uniform_(-0.5, 0.5)
+    x = torch.randn(20, 6)
+    codes, reconstruction = _saelens_codes(sae.save(tmp_path / "sae"), x)
+    torch.testing.assert_close(codes, sae.encode(x), rtol=0, atol=1e-6)
+    torch.testing.assert_close(reconstruction, sae(x)[0], rtol=0, atol=1e-6)
+    assert (codes > 0).any()
+
+
+def test_cfg_has_every_field_saelens_6_reads(tmp_path):
+    pytest.importorskip("safetensors")
+    sae = SparseAutoencoder(6, 12, hook_name="blocks.3.hook_resid_pre", model_name="SmolLM2-135M-Instruct")
+    cfg = json.loads((sae.save(tmp_path / "sae") / "cfg.json").read_text())
+    assert {k: cfg[k] for k in ("architecture", "d_in", "d_sae", "dtype", "device", "apply_b_dec_to_input",
+                                "normalize_activations", "reshape_activations")} == {
+        "architecture": "standard", "d_in": 6, "d_sae": 12, "dtype": "float32", "device": "cpu",
+        "apply_b_dec_to_input": True, "normalize_activations": "none", "reshape_activations": "none"}
+    meta = cfg["metadata"]
+    assert int(meta["sae_lens_version"].split(".")[0]) >= 6  # else SAELens runs its pre-6.0 conversion
+    assert (meta["hook_name"], meta["model_name"]) == ("blocks.3.hook_resid_pre", "SmolLM2-135M-Instruct")
+    assert SparseAutoencoder.load(tmp_path / "sae").hook_name == "blocks.3.hook_resid_pre"
+
+
+def test_a_foreign_sae_loads_with_its_raw_weights(tmp_path):
+    """A SAELens SAE with a free encoder and decoder rows of norm 2 must not be re-normalised."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    g = torch.Generator().manual_seed(0)
+    weights = {"W_enc": torch.randn(6, 12, generator=g), "W_dec": 2 * torch.nn.functional.normalize(
+        torch.randn(12, 6, generator=g), dim=-1), "b_enc": torch.randn(12, generator=g) * 0.1,
+        "b_dec": torch.randn(6, generator=g)}
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    safetensors.save_file(weights, str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text(json.dumps({"architecture": "standard", "d_in": 6, "d_sae": 12,
+                                                 "dtype": "float32", "metadata": {"sae_lens_version": "6.5.0"}}))
+    sae = SparseAutoencoder.load(folder)
+    x = torch.randn(30, 6, generator=g)
+    codes, reconstruction = _saelens_codes(folder, x)
+    torch.testing.assert_close(sae.encode(x), codes, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sae(x)[0], reconstruction, rtol=0, atol=1e-6)
+    (folder / "cfg.json").write_text(json.dumps({"architecture": "jumprelu", "d_in": 6, "d_sae": 12}))
+    with pytest.raises(ValueError, match="cannot load a 'jumprelu' SAE"):
+        SparseAutoencoder.load(folder)
+
+
+def test_resampling_revives_dead_latents():
+    # inputs along one direction u: latents whose row points away from u never fire, and get no gradient
+    u = torch.nn.functional.normalize(torch.randn(8, generator=torch.Generator().manual_seed(1)), dim=0)
+    data = torch.rand(512, 1, generator=torch.Generator().manual_seed(2)) * u
+    cfg = SAETrainingConfig(d_sae=16, steps=10, batch_size=64, l1_coefficient=1e-3)
+    dead_without = dead_latents(train_sae(data, cfg).encode(data))
+    resampled = train_sae(data, SAETrainingConfig(**{**cfg.__dict__, "resample_dead_every": 5}))
+    assert dead_without >= 4 and dead_latents(resampled.encode(data)) < dead_without // 2
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -61,7 +135,8 @@ def test_save_load_round_trip_in_saelens_layout(tmp_path, tied):
     loaded = SparseAutoencoder.load(folder)
     x = torch.randn(5, 6)
     torch.testing.assert_close(loaded(x)[0], sae(x)[0])
-    assert loaded.tied == tied
+    torch.testing.assert_close(loaded.encode(x), sae.encode(x))
+    assert (loaded.tied, loaded.l1_coefficient) == (tied, 0.01)
 
 
 def test_metrics_known_values():
@@ -120,3 +195,27 @@ def test_train_from_an_activation_source():
 
     sae = train_sae(source, SAETrainingConfig(d_sae=16, steps=3, batch_size=32))
     assert sae.d_in == 8 and calls == [32, 32, 32, 32]  # one batch to size the SAE, then one per step
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_round_trip_through_saelens(tmp_path, tied):
+    """Ours -> SAELens's SAE.load_from_disk -> its save_model -> ours, with equal codes at each step."""
+    pytest.importorskip("sae_lens", reason="sae-lens is not installed (a peer, kept out of the extras: "
+                                           "resolved with our pins it pulls a CUDA torch)")
+    from sae_lens import SAE
+
+    torch.manual_seed(0)
+    ours = SparseAutoencoder(6, 12, tied=tied, centring=torch.randn(6), hook_name="blocks.1.hook_resid_pre")
+    with torch.no_grad():
+        ours.b_enc.uniform_(-0.5, 0.5)
+    x = torch.randn(20, 6)
+    theirs = SAE.load_from_disk(str(ours.save(tmp_path / "ours")))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs.encode(x), ours.encode(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(theirs.decode(theirs.encode(x)), ours(x)[0], rtol=0, atol=1e-6)
+    assert theirs.cfg.metadata.hook_name == "blocks.1.hook_resid_pre"
+    theirs.save_model(tmp_path / "theirs")
+    back = SparseAutoencoder.load(tmp_path / "theirs")
+    with torch.no_grad():
+        torch.testing.assert_close(back.encode(x), ours.encode(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(back(x)[0], ours(x)[0], rtol=0, atol=1e-6)

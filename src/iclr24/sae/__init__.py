@@ -7,19 +7,12 @@ Find Highly Interpretable Features in Language Models". ICLR 2024. https://arxiv
     sae = train_sae(activations, SAETrainingConfig(d_sae=512, l1_coefficient=1e-3))
     reconstruction, codes = sae(activations)
     sae.save("my_sae")      # SAELens's layout: sae_weights.safetensors + cfg.json (extra: interp)
+
+Models, hooks and IOI prompts come from :mod:`iclr24.interp`.
 """
 
 from iclr24.sae.autoencoder import SparseAutoencoder
-from iclr24.sae.ioi import (
-    HookedTinyTransformer,
-    IOIData,
-    collect_activations,
-    feature_patching_curve,
-    interpretability_scores,
-    ioi_accuracy,
-    ioi_dataset,
-    train_ioi_model,
-)
+from iclr24.sae.patching import KL_DIRECTIONS, feature_patching_curve, interpretability_scores
 from iclr24.sae.training import (
     Decomposition,
     SAETrainingConfig,
@@ -30,29 +23,26 @@ from iclr24.sae.training import (
     matched_similarity,
     mmcs,
     sweep_sae,
+    topk_fvu,
     toy_superposition,
     train_sae,
 )
 
 __all__ = [
+    "KL_DIRECTIONS",
     "Decomposition",
-    "HookedTinyTransformer",
-    "IOIData",
     "SAETrainingConfig",
     "SparseAutoencoder",
     "baseline_decompositions",
-    "collect_activations",
     "dead_latents",
     "feature_patching_curve",
     "fvu",
     "interpretability_scores",
-    "ioi_accuracy",
-    "ioi_dataset",
     "l0",
     "matched_similarity",
     "mmcs",
     "sweep_sae",
+    "topk_fvu",
     "toy_superposition",
-    "train_ioi_model",
     "train_sae",
 ]

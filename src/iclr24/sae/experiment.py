@@ -20,16 +20,21 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
-from iclr24.sae.ioi import (  # noqa: E402
+from iclr24.interp import (  # noqa: E402
     NAMES,
     collect_activations,
-    feature_patching_curve,
-    interpretability_scores,
+    english_paragraphs,
     ioi_accuracy,
+    ioi_batch,
     ioi_dataset,
+    ioi_prompts,
+    logit_difference,
+    prompt_lengths,
     train_ioi_model,
 )
+from iclr24.sae.patching import feature_patching_curve, interpretability_scores  # noqa: E402
 from iclr24.sae.training import (  # noqa: E402
+    Decomposition,
     SAETrainingConfig,
     baseline_decompositions,
     dead_latents,
@@ -37,6 +42,7 @@ from iclr24.sae.training import (  # noqa: E402
     l0,
     matched_similarity,
     mmcs,
+    topk_fvu,
     toy_superposition,
     train_sae,
 )
@@ -48,6 +54,8 @@ HOOK = "blocks.2.hook_resid_pre"
 CLAIM_TOY = "SAEs recover ground-truth features in superposition far better than PCA, ICA or neurons"
 CLAIM_INTERP = "SAE features are more interpretable than PCA, ICA and neuron directions"
 CLAIM_PATCH = "the IOI behaviour is pinned down by fewer SAE features than PCA directions at matched KL"
+CLAIM_LM_FRONTIER = "on a real LM's residual stream, SAEs reconstruct better than PCA, ICA or neurons at equal sparsity"
+CLAIM_LM_PATCH = "on a real LM's IOI, fewer SAE features than PCA directions reach the same KL"
 
 
 @dataclass(frozen=True)
@@ -71,20 +79,48 @@ class Config:
     # LLM-explainer score (autointerp) through iclr24.llm: opt in, with --llm naming the model
     llm_explainer: bool = False
     llm_features: int = 8  # features explained per decomposition (those with the largest variance)
+    # a real LM, the paper's setting at CPU scale: "embedded" (SmolLM2-135M-Instruct), "hf:/path", "none" (skip),
+    # or "random-tiny" (a random 2-layer Llama: the smoke preset's plumbing check)
+    lm: str = "embedded"
+    lm_layer: int = -1  # the residual stream entering this block; -1: the middle block, n_layers // 2
+    lm_paragraphs: int = 400  # English paragraphs (stdlib docstrings) for SAE training ...
+    lm_ioi_texts: int = 200  # ... and IOI prompts
+    lm_max_tokens: int = 48
+    lm_outlier_factor: float = 3.0  # leave out activations with norm > this x the median (attention sinks)
+    lm_ratio: int = 2
+    lm_tied: bool = False  # the paper's untied variant: a free encoder trains faster at this budget
+    lm_l1_sweep: tuple[float, ...] = (1e-4, 3e-4)  # activations scaled to unit mean squared norm
+    lm_sae_steps: int = 1000
+    lm_eval_samples: int = 2000  # held-out activations for FVU / L0
+    lm_ica_samples: int = 3000
+    lm_ica_max_iter: int = 200
+    lm_patch_prompts: int = 6  # each threshold pass re-runs half the model once per feature: the slow part
+    lm_patch_thresholds: int = 6
 
     def __post_init__(self) -> None:
         if not self.l1_sweep or min(self.l1_sweep) < 0:
             raise ValueError(f"l1_sweep must hold non-negative coefficients, got {self.l1_sweep}")
+        if not self.lm_l1_sweep or min(self.lm_l1_sweep) < 0:
+            raise ValueError(f"lm_l1_sweep must hold non-negative coefficients, got {self.lm_l1_sweep}")
+        if self.lm not in ("none", "random-tiny", "embedded") and not self.lm.startswith(("embedded:", "hf:")):
+            raise ValueError(f"lm must be 'embedded', 'embedded:NAME', 'hf:/path', 'random-tiny' or 'none', "
+                             f"got {self.lm!r}")
+        if not self.lm_outlier_factor > 1:
+            raise ValueError(f"lm_outlier_factor must be > 1, got {self.lm_outlier_factor}")
 
 
 PRESETS = {
     "smoke": Config(toy_d=16, toy_features=32, toy_samples=4000, toy_steps=30, l1_sweep=(3e-3,), ioi_steps=10,
                     sae_ratio=2, sae_steps=30, patch_prompts=4, patch_thresholds=3, score_prompts=10,
-                    baseline_samples=1000),
+                    baseline_samples=1000, lm="random-tiny", lm_paragraphs=48, lm_ioi_texts=16, lm_max_tokens=32,
+                    lm_l1_sweep=(3e-4,), lm_sae_steps=20, lm_eval_samples=100, lm_ica_samples=300, lm_ica_max_iter=5,
+                    lm_patch_prompts=2, lm_patch_thresholds=2),
     "quick": Config(),
     "paper": Config(toy_d=256, toy_features=512, toy_samples=200_000, toy_steps=10_000,
                     l1_sweep=tuple(np.logspace(-4, -2, 8).round(6)), ioi_steps=2000, sae_steps=10_000,
-                    patch_thresholds=50),
+                    patch_thresholds=50, lm_paragraphs=700, lm_ioi_texts=400, lm_l1_sweep=(3e-5, 1e-4, 3e-4, 1e-3),
+                    lm_sae_steps=4000, lm_ica_samples=8000, lm_ica_max_iter=1000, lm_patch_prompts=20,
+                    lm_patch_thresholds=16),
 }
 
 
@@ -92,7 +128,7 @@ PRESETS = {
     name="sae",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_TOY, CLAIM_INTERP, CLAIM_PATCH],
+    claims=[CLAIM_TOY, CLAIM_INTERP, CLAIM_PATCH, CLAIM_LM_FRONTIER, CLAIM_LM_PATCH],
     description="Sparse autoencoders on activations: dictionary features vs PCA/ICA/neurons.",
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
@@ -127,7 +163,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     acc_train, acc_held = ioi_accuracy(model, ioi.subset(train_rows)), ioi_accuracy(model, ioi.subset(~train_rows))
     ctx.log(f"IOI model: accuracy {acc_train:.3f} on training templates, {acc_held:.3f} held out")
     train_set = ioi.subset(train_rows)
-    acts = collect_activations(model, train_set.clean, HOOK)
+    acts = collect_activations(model, train_set.clean, HOOK, lengths=prompt_lengths(train_set.clean))
     sae = train_sae(acts, SAETrainingConfig(d_sae=cfg.sae_ratio * acts.shape[1], l1_coefficient=cfg.sae_l1,
                                             steps=cfg.sae_steps, centre=True, seed=ctx.seed))
     sample = acts[:cfg.baseline_samples]
@@ -161,7 +197,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     ctx.log(f"features needed for KL <= {target:.3f}: {needed}")
     tables["ioi"] = [{"decomposition": n, "interpretability": scores[n], "features at KL target": needed[n],
                       "edit size at KL target": at_target[n][1]} for n in decompositions]
-    figures["kl_vs_features.png"] = _plot_curves(curves, target)
+    figures["kl_vs_features.png"] = _plot_curves(curves, target, f"tiny IOI model {HOOK}")
 
     base_best = max(toy_base.values())
     claims = [
@@ -178,13 +214,140 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
               measured=(f"features needed for KL <= 0.25 x {kl_clean:.2f}: "
                         + ", ".join(f"{k} {v}" for k, v in needed.items())),
               holds=needed["SAE"] < needed["PCA"],
-              criterion="SAE needs fewer features than PCA to keep KL(counterfactual || patched) <= 0.25 x "
-                        "KL(counterfactual || clean)"),
+              criterion="SAE needs fewer features than PCA to keep KL(patched || counterfactual) <= 0.25 x "
+                        "KL(clean || counterfactual)"),
     ]
     notes = (f"Tiny IOI transformer (3 layers, d_model 64): accuracy {acc_train:.2f} on training templates, "
              f"{acc_held:.2f} on the held-out one. Interpretability is an offline stand-in for the paper's LLM "
              "explainer. See docs/sae.md.")
+    if cfg.lm != "none":
+        lm_metrics, lm_tables, lm_figures, lm_claims, lm_notes = _real_lm(cfg, ctx)
+        metrics.update(lm_metrics)
+        tables.update(lm_tables)
+        figures.update(lm_figures)
+        claims += lm_claims
+        notes += " " + lm_notes
     return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+
+
+def _real_lm(cfg: Config, ctx: RunContext):
+    """The paper's setting at CPU scale: SAEs on a real LM's residual stream (SmolLM2-135M by default)."""
+    lm = _random_tiny_lm(ctx.seed) if cfg.lm == "random-tiny" else _hooked_lm(cfg.lm)
+    layer = lm.n_layers // 2 if cfg.lm_layer == -1 else cfg.lm_layer
+    if not 0 <= layer < lm.n_layers:
+        raise ValueError(f"lm_layer must be -1 or in [0, {lm.n_layers}), got {cfg.lm_layer}")
+    hook = f"blocks.{layer}.hook_resid_pre"
+    name = {"embedded": "SmolLM2-135M-Instruct", "random-tiny": "a random 2-layer Llama (plumbing only)"}.get(
+        cfg.lm, cfg.lm)
+
+    # activations: English prose (stdlib docstrings) and IOI prompts, every position but the first
+    texts = english_paragraphs(cfg.lm_paragraphs, seed=ctx.seed)
+    texts += [p.text for p in ioi_prompts(cfg.lm_ioi_texts, seed=ctx.seed + 1, tokenizer=lm.tokenizer)]
+    tokens, lengths = lm.to_tokens(texts)
+    tokens, lengths = tokens[:, :cfg.lm_max_tokens], lengths.clamp(max=cfg.lm_max_tokens)
+    acts = collect_activations(lm, tokens, hook, lengths=lengths, skip_first=1)
+    norms = acts.norm(dim=-1)
+    typical = norms <= cfg.lm_outlier_factor * norms.median()
+    acts = acts[typical]
+    gen = torch.Generator().manual_seed(ctx.seed)
+    acts = acts[torch.randperm(len(acts), generator=gen)]
+    held_out, train = acts[:cfg.lm_eval_samples], acts[cfg.lm_eval_samples:]
+    if len(train) < train.shape[1]:
+        raise ValueError(f"{len(train)} training activations are fewer than d_model={train.shape[1]} (a full PCA "
+                         "basis needs more): raise lm_paragraphs / lm_ioi_texts / lm_max_tokens")
+    # one scale for all: unit mean squared norm about the mean, so l1 values transfer between models
+    scale = float((train - train.mean(0)).pow(2).sum(-1).mean().sqrt())
+    ctx.log(f"{name} {hook}: {len(acts)} activations ({int((~typical).sum())} sink-like outliers left out), "
+            f"scale {scale:.2f}")
+
+    def scaled(decomposition, label):  # a decomposition of the raw activations
+        return Decomposition(label, decomposition.atoms, lambda z: decomposition.encode(z / scale),
+                             lambda c: decomposition.decode(c) * scale)
+
+    bases = baseline_decompositions(train[:cfg.baseline_samples] / scale, seed=ctx.seed,
+                                    ica_max_iter=cfg.lm_ica_max_iter, ica_samples=cfg.lm_ica_samples)
+    x_eval = held_out / scale
+    frontier, saes = [], {}
+    for l1 in cfg.lm_l1_sweep:
+        sae = train_sae(train / scale, SAETrainingConfig(d_sae=cfg.lm_ratio * train.shape[1], l1_coefficient=l1,
+                                                         tied=cfg.lm_tied, steps=cfg.lm_sae_steps, batch_size=256,
+                                                         centre=True, seed=ctx.seed))
+        with torch.no_grad():
+            rec, codes = sae(x_eval)
+        k = l0(codes)
+        row = {"l1": l1, "SAE fvu": fvu(x_eval, rec), "l0": k, "dead": dead_latents(codes),
+               **{f"{b} fvu": topk_fvu(bases[b], x_eval, max(1, round(k))) for b in BASELINES}}
+        frontier.append(row)
+        saes[l1] = sae
+        ctx.log(f"{name} SAE l1={l1:g}: FVU {row['SAE fvu']:.3f} at L0 {k:.1f}; at the same L0 "
+                + ", ".join(f"{b} {row[f'{b} fvu']:.3f}" for b in BASELINES))
+    wins = [r["SAE fvu"] < min(r[f"{b} fvu"] for b in BASELINES) for r in frontier]
+
+    # IOI feature patching on the real model: the SAE of the middle l1 against PCA. One template, so
+    # the prompts share their prefix up to the second subject and the re-runs start there.
+    prompts = ioi_prompts(cfg.lm_patch_prompts, seed=ctx.seed + 2, templates=[0], tokenizer=lm.tokenizer)
+    batch = ioi_batch(lm, prompts)
+    with torch.no_grad():
+        ld = logit_difference(lm(batch.tokens, batch.end), batch.io, batch.s)
+    l1_patch = cfg.lm_l1_sweep[len(cfg.lm_l1_sweep) // 2]
+    patchers = {"SAE": scaled(saes[l1_patch], "SAE"), "PCA": scaled(bases["PCA"], "PCA")}
+    thresholds = np.logspace(-4, 0, cfg.lm_patch_thresholds)
+    curves = {k: feature_patching_curve(lm, hook, dec, batch.tokens, batch.counterfactual, thresholds,
+                                        end=batch.end, seed=ctx.seed) for k, dec in patchers.items()}
+    kl_clean = curves["SAE"]["kl_clean"]
+    target = 0.25 * kl_clean
+    needed = {k: _features_needed(c, target)[0] for k, c in curves.items()}
+    ctx.log(f"{name} IOI: logit difference {float(ld.mean()):.2f}, accuracy {float((ld > 0).float().mean()):.2f}; "
+            f"features for KL <= {target:.3f}: {needed}")
+
+    metrics = {"lm_layer": layer, "lm_activations": len(acts), "lm_ioi_logit_diff": float(ld.mean()),
+               "lm_ioi_accuracy": float((ld > 0).float().mean()), "lm_kl_clean": kl_clean,
+               **{f"lm_features_at_target_{k}": v for k, v in needed.items()},
+               **{f"lm_fvu_{b}_l1_{r['l1']:g}": r[f"{b} fvu"] for r in frontier for b in ("SAE", *BASELINES)},
+               **{f"lm_l0_l1_{r['l1']:g}": r["l0"] for r in frontier}}
+    claims = [
+        Claim(CLAIM_LM_FRONTIER,
+              paper="sparse, overcomplete SAE codes vs dense PCA/ICA/neuron bases (Pythia-70M/410M; no number)",
+              measured="; ".join(f"L0 {r['l0']:.0f}: SAE FVU {r['SAE fvu']:.3f} vs "
+                                 + ", ".join(f"{b} {r[f'{b} fvu']:.3f}" for b in BASELINES) for r in frontier),
+              holds=all(wins),
+              criterion="for every SAE of the l1 sweep, its held-out FVU < each baseline's FVU when every input "
+                        "keeps only its L0 largest baseline components"),
+        Claim(CLAIM_LM_PATCH, paper="fewer SAE features than PCA directions reach a given KL (Pythia-410M, IOI)",
+              measured=(f"{name} {hook}, {len(batch)} prompts: features for KL <= 0.25 x {kl_clean:.2f}: "
+                        f"SAE {needed['SAE']}, PCA {needed['PCA']}"),
+              holds=needed["SAE"] < needed["PCA"],
+              criterion="SAE (middle l1 of the sweep) needs fewer features than PCA to keep "
+                        "KL(patched || counterfactual) <= 0.25 x KL(clean || counterfactual)"),
+    ]
+    figures = {"lm_fvu_vs_l0.png": _plot_frontier(frontier, bases, x_eval, name, hook),
+               "lm_kl_vs_features.png": _plot_curves(curves, target, f"{name} {hook}")}
+    tables = {"lm_frontier": frontier, "lm_patching": [{"decomposition": k, "features at KL target": v}
+                                                       for k, v in needed.items()]}
+    notes = (f"Real LM: {name}, residual stream entering block {layer} of {lm.n_layers}; IOI logit difference "
+             f"{float(ld.mean()):.2f} on the patched prompts.")
+    return metrics, tables, figures, claims, notes
+
+
+def _hooked_lm(spec: str):
+    from iclr24.interp import HookedLM
+
+    return HookedLM.from_llm(spec)
+
+
+def _random_tiny_lm(seed: int):
+    """A randomly initialised 2-layer Llama with the embedded model's tokenizer: the smoke preset's
+    stand-in, which runs every step of the real-LM study in seconds (its numbers mean nothing)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from iclr24.interp import HookedLM
+    from iclr24.llm import load_torch_model
+
+    _, tokenizer = load_torch_model("embedded")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    return HookedLM(LlamaForCausalLM(config), tokenizer)
 
 
 def _features_needed(curve: dict, target: float) -> tuple[int, float]:
@@ -254,15 +417,30 @@ def _plot_mmcs(sweep, base):
     return fig
 
 
-def _plot_curves(curves, target):
+def _plot_frontier(frontier, bases, x_eval, name, hook):
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([r["l0"] for r in frontier], [r["SAE fvu"] for r in frontier], "o-", label="SAE (l1 sweep)")
+    ks = np.unique(np.geomspace(1, x_eval.shape[1], 12).round().astype(int))
+    for b, c in zip(BASELINES, ("C2", "C3", "C4")):
+        ax.plot(ks, [topk_fvu(bases[b], x_eval, int(k)) for k in ks], ":", color=c, label=f"{b} (top-k)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("L0 (active features per input)")
+    ax.set_ylabel("FVU (held out)")
+    ax.set_title(f"{name} {hook}", fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_curves(curves, target, where):
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name, c in curves.items():
         ax.plot(c["n_features"], c["kl"], "o-", ms=3, label=name)
-    ax.axhline(target, color="grey", ls=":", label="0.25 x KL(clean)")
+    ax.axhline(target, color="grey", ls=":", label="0.25 x KL(clean || cf)")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlim(left=0)
     ax.set_xlabel("features patched")
-    ax.set_ylabel("KL(counterfactual || patched)")
-    ax.set_title(f"IOI feature patching at {HOOK}")
+    ax.set_ylabel("KL(patched || counterfactual)")
+    ax.set_title(f"IOI feature patching: {where}", fontsize=9)
     ax.legend(fontsize=8)
     return fig

@@ -23,6 +23,7 @@ __all__ = [
     "matched_similarity",
     "mmcs",
     "sweep_sae",
+    "topk_fvu",
     "toy_superposition",
     "train_sae",
 ]
@@ -35,6 +36,7 @@ class SAETrainingConfig:
     d_sae: int = 128
     l1_coefficient: float = 1e-3
     tied: bool = True
+    normalize_encoder: bool = False  # untied only: also unit-norm encoder columns (not the paper's choice)
     lr: float = 1e-3
     batch_size: int = 1024
     steps: int = 2000
@@ -51,10 +53,10 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
     runs a model and reads a hook, for data that does not fit in memory. With a source,
     ``centre`` uses the mean of its first batch.
 
-    Dictionary rows are renormalised to unit length after every step (the forward uses
-    normalised rows anyway). Dead latents (never active on a batch over the last
-    ``resample_dead_every`` steps) are re-initialised toward badly reconstructed inputs
-    when resampling is on.
+    Decoder rows are renormalised to unit length after every step (the forward uses
+    normalised rows anyway); an untied encoder is left free, as in the paper. Dead latents
+    (never active on a batch over the last ``resample_dead_every`` steps) are re-initialised
+    toward badly reconstructed inputs when resampling is on.
     """
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -69,7 +71,7 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
 
         first = activations
     sae = SparseAutoencoder(first.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
-                            centring=first.mean(0) if cfg.centre else None)
+                            centring=first.mean(0) if cfg.centre else None, normalize_encoder=cfg.normalize_encoder)
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr)
     fired = torch.zeros(cfg.d_sae, dtype=torch.bool)
     with progress("training SAE", total=cfg.steps) as bar:
@@ -81,12 +83,12 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
             opt.step()
             with torch.no_grad():
                 sae.dictionary.data = torch.nn.functional.normalize(sae.dictionary.data, dim=-1)
-                if sae.decoder is not None:
-                    sae.decoder.data = torch.nn.functional.normalize(sae.decoder.data, dim=-1)
+                if sae.normalize_encoder:
+                    sae.encoder.data = torch.nn.functional.normalize(sae.encoder.data, dim=0)
                 if cfg.resample_dead_every:
                     fired |= (sae.encode(batch) > 0).any(0)
                     if step % cfg.resample_dead_every == 0:
-                        _resample(sae, batch, ~fired, gen)
+                        _resample(sae, opt, batch, ~fired, gen)
                         fired.zero_()
             bar.advance(mse=parts["mse"])
     return sae
@@ -111,8 +113,10 @@ def sweep_sae(activations: Tensor, l1_coefficients, ratios, cfg: SAETrainingConf
     return rows
 
 
-def _resample(sae: SparseAutoencoder, batch: Tensor, dead: Tensor, gen: torch.Generator) -> None:
-    """Point dead latents at the worst-reconstructed inputs of the batch (Anthropic's recipe, simplified)."""
+def _resample(sae: SparseAutoencoder, opt: torch.optim.Optimizer, batch: Tensor, dead: Tensor,
+              gen: torch.Generator) -> None:
+    """Point dead latents at the worst-reconstructed inputs of the batch, with fresh Adam moments
+    (Anthropic's recipe, simplified)."""
     n_dead = int(dead.sum())
     if n_dead == 0:
         return
@@ -120,9 +124,13 @@ def _resample(sae: SparseAutoencoder, batch: Tensor, dead: Tensor, gen: torch.Ge
     picks = torch.multinomial(errors + 1e-12, n_dead, replacement=True, generator=gen)
     directions = torch.nn.functional.normalize(batch[picks] - sae.b_dec, dim=-1)
     sae.dictionary.data[dead] = directions
-    if sae.decoder is not None:
-        sae.decoder.data[dead] = directions
+    if sae.encoder is not None:
+        sae.encoder.data[:, dead] = directions.T
     sae.b_enc.data[dead] = 0.0
+    for param, index in ((sae.dictionary, (dead,)), (sae.encoder, (slice(None), dead)), (sae.b_enc, (dead,))):
+        for moment in opt.state.get(param, {}).values() if param is not None else ():
+            if torch.is_tensor(moment) and moment.shape == param.shape:
+                moment[index] = 0.0
 
 
 # --- metrics -------------------------------------------------------------------------------------------------
@@ -181,9 +189,17 @@ class Decomposition:
         return self._decode(codes)
 
 
-def baseline_decompositions(activations: Tensor, seed: int = 0) -> dict[str, Decomposition]:
-    """PCA, PCA +- (each direction split into ReLU halves), ICA, the neuron basis, and a random basis."""
+def baseline_decompositions(activations: Tensor, seed: int = 0, *, ica_max_iter: int = 1000,
+                            ica_samples: int | None = None) -> dict[str, Decomposition]:
+    """PCA, PCA +- (each direction split into ReLU halves), ICA, the neuron basis, and a random basis.
+
+    FastICA is the slow one (minutes at d = 576): ``ica_samples`` fits it on the first rows
+    only and ``ica_max_iter`` caps its iterations.
+    """
+    import warnings
+
     from sklearn.decomposition import PCA, FastICA
+    from sklearn.exceptions import ConvergenceWarning
 
     x = activations.double().numpy()
     d = x.shape[1]
@@ -197,8 +213,10 @@ def baseline_decompositions(activations: Tensor, seed: int = 0) -> dict[str, Dec
                 lambda c: (c[..., :d] - c[..., d:]) @ basis + mean)
 
     scale = x.std(0) + 1e-12
-    ica = FastICA(n_components=d, whiten="unit-variance", random_state=seed, max_iter=1000, tol=1e-3)
-    ica.fit(x / scale)
+    ica = FastICA(n_components=d, whiten="unit-variance", random_state=seed, max_iter=ica_max_iter, tol=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)  # a capped ICA is still a fixed linear basis
+        ica.fit(x[:ica_samples] / scale)
     mixing = torch.tensor(ica.mixing_.T * scale)  # (d, d): sources -> activations
     unmixing = torch.linalg.pinv(mixing)
     ica_mean = torch.tensor(ica.mean_ * scale)
@@ -237,3 +255,23 @@ def toy_superposition(n_samples: int, d: int = 64, n_features: int = 128, active
 
 def _as_numpy(t: Tensor) -> np.ndarray:
     return t.detach().double().numpy()
+
+
+def topk_fvu(decomposition, x: Tensor, k: int) -> float:
+    """FVU when each input keeps only its ``k`` largest feature contributions (``|code| * ||atom||``).
+
+    Puts a dense decomposition (PCA, ICA, neurons) on an SAE's reconstruction-vs-sparsity
+    axes: compare an SAE of L0 ``k`` with ``topk_fvu(pca, x, k)``.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    with torch.no_grad():
+        codes = decomposition.encode(x)
+        eye = torch.eye(codes.shape[-1], dtype=codes.dtype)
+        norms = (decomposition.decode(eye) - decomposition.decode(torch.zeros_like(eye[:1]))).norm(dim=-1)
+        weight = codes.abs() * norms.to(codes.dtype)
+        keep = torch.zeros_like(codes, dtype=torch.bool)
+        if k:
+            keep.scatter_(-1, weight.topk(min(k, codes.shape[-1]), dim=-1).indices, True)
+        reconstruction = decomposition.decode(torch.where(keep, codes, torch.zeros_like(codes)))
+    return fvu(x.double(), reconstruction.double())

