@@ -78,6 +78,18 @@ def test_resume_from_a_cached_prefix_equals_the_whole_patched_run(build):
             torch.testing.assert_close(run(patch[:, prefix:], positions), expected, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(run(patch[:, prefix:], positions), expected, rtol=1e-5, atol=1e-5)  # reusable
         assert len(lm.blocks) == 3  # the blocks are put back
+        # hooks inside the re-run see the positions after the prefix
+        mlp = "blocks.2.mlp.hook_post"
+        halve = {mlp: lambda x: x / 2}
+
+        def halve_after_prefix(x):
+            x = x.clone()
+            x[:, 4:] /= 2
+            return x
+
+        expected = lm.run_with_hooks(tokens, {name: lambda _: patch, mlp: halve_after_prefix}, positions=positions)
+        run = lm.resume_from(tokens, 1, prefix=4)
+        torch.testing.assert_close(run(patch[:, 4:], positions, halve), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_bad_names_and_unknown_architectures():

@@ -81,6 +81,20 @@ def test_resume_from_equals_patching_the_whole_model():
     expected = model.run_with_hooks(tokens, {name: lambda _: patch}, positions=positions)
     run = model.resume_from(tokens, 1, prefix=2)
     torch.testing.assert_close(run(patch[:, 2:], positions), expected)
+    # extra hooks during the re-run see (and patch) the positions after the prefix only
+    zero_mlp = {"blocks.2.hook_mlp_out": lambda x: torch.zeros_like(x)}
+    seen = []
+    run(patch[:, 2:], positions, {"blocks.2.hook_mlp_out": lambda x: seen.append(x.shape)})
+    assert seen == [(3, 4, 8)]
+
+    def zero_after_prefix(x):
+        x = x.clone()
+        x[:, 2:] = 0
+        return x
+
+    expected = model.run_with_hooks(tokens, {name: lambda _: patch, "blocks.2.hook_mlp_out": zero_after_prefix},
+                                    positions=positions)
+    torch.testing.assert_close(run(patch[:, 2:], positions, zero_mlp), expected)
     with pytest.raises(ValueError, match="prefix must be < the sequence length 6"):
         model.resume_from(tokens, 1, prefix=6)
 

@@ -38,3 +38,22 @@ def test_english_paragraphs_are_prose_and_deterministic():
     assert all(8 <= len(p.split()) <= 48 and ">>>" not in p for p in paragraphs)
     with pytest.raises(ValueError, match="fewer than n=100000"):
         english_paragraphs(100_000)
+
+
+def test_position_swap_keeps_the_names_and_flips_the_order():
+    for p in ioi_prompts(20, seed=5):
+        q = p.swap_positions()
+        assert (q.io, q.s, q.template, q.place, q.object) == (p.io, p.s, p.template, p.place, p.object)
+        assert {p.order, q.order} == {"ABB", "BAB"} and q.swap_positions() == p
+        assert q.text.count(p.s) == 2 and q.text.endswith(p.text[p.text.rindex(p.s):])  # same second half
+
+
+def test_fixed_length_uses_single_token_fillers_and_needs_a_tokenizer():
+    def tokenizer(text, add_special_tokens=False):  # "basketball" and "restaurant" are two tokens here
+        return {"input_ids": [1, 2] if text.strip() in ("basketball", "restaurant") else [1]}
+
+    prompts = ioi_prompts(60, tokenizer=tokenizer, fixed_length=True)
+    assert {p.object for p in prompts}.isdisjoint({"basketball"}) and {p.place for p in prompts}.isdisjoint(
+        {"restaurant"})
+    with pytest.raises(ValueError, match="fixed_length needs the tokenizer"):
+        ioi_prompts(3, fixed_length=True)

@@ -14,4 +14,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "l2mac",
     "eft",
     "orthogonal_classifier",
+    "subspace_patching",
 )

@@ -11,7 +11,7 @@ word-level IOI data (:func:`ioi_dataset`, :func:`train_ioi_model`). Methods impo
 here, never from each other. ``HookedLM`` needs the ``llm`` extra (transformers).
 """
 
-from iclr24.interp.hf import LAYOUTS, HookedLM, Layout
+from iclr24.interp.hf import LAYOUTS, HookedLM, Layout, random_llama
 from iclr24.interp.hooks import HookedTinyTransformer, HookPoint, cache_only, collect_activations, hook_layer
 from iclr24.interp.ioi import (
     NAMES,
@@ -54,5 +54,6 @@ __all__ = [
     "ioi_prompts",
     "logit_difference",
     "prompt_lengths",
+    "random_llama",
     "train_ioi_model",
 ]

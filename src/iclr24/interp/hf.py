@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from iclr24.core.checks import check_int, check_tensor
 from iclr24.interp.hooks import Hook, _caching_hooks
 
-__all__ = ["HookedLM", "Layout", "LAYOUTS"]
+__all__ = ["HookedLM", "Layout", "LAYOUTS", "random_llama"]
 
 
 @dataclass(frozen=True)
@@ -195,10 +195,12 @@ class HookedLM(nn.Module):
     def resume_from(self, tokens: Tensor, layer: int, *, prefix: int = 0):
         """A fast re-run from block ``layer``'s residual stream, for many patches of one batch.
 
-        Returns ``run(resid, positions) -> logits (batch, vocab)``, where ``resid`` replaces
-        ``blocks.{layer}.hook_resid_pre`` at positions ``prefix:`` and the blocks before
-        ``layer`` are skipped. The first ``prefix`` positions are computed once (their keys and
-        values are cached), so they must be the same in every patched run.
+        Returns ``run(resid, positions, hooks=None) -> logits (batch, vocab)``, where ``resid``
+        replaces ``blocks.{layer}.hook_resid_pre`` at positions ``prefix:`` and the blocks
+        before ``layer`` are skipped; ``hooks`` (at blocks ``>= layer``) see the positions
+        ``prefix:`` only. The first ``prefix`` positions are computed once (their keys and
+        values are cached), so they must be the same in every patched run. ``run`` is
+        differentiable in ``resid`` and in what the hooks compute.
         """
         check_int("layer", layer, minimum=0)
         if layer >= self.n_layers:
@@ -217,10 +219,11 @@ class HookedLM(nn.Module):
         position_ids = torch.arange(prefix, tokens.shape[1]).expand(len(tokens), -1)
         all_blocks = self.blocks
 
-        def run(resid: Tensor, positions: Tensor) -> Tensor:
+        def run(resid: Tensor, positions: Tensor, hooks: dict[str, Hook] | None = None) -> Tensor:
             if resid.shape[:2] != suffix.shape:
                 raise ValueError(f"resid must be (batch, seq - prefix, d) = {tuple(suffix.shape)} + (d,), "
                                  f"got {tuple(resid.shape)}")
+            extra = self._register(hooks or {})
             handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True)
             setattr(self._blocks_parent, self._blocks_attr, nn.ModuleList(all_blocks[layer:]))
             try:
@@ -231,6 +234,8 @@ class HookedLM(nn.Module):
             finally:
                 setattr(self._blocks_parent, self._blocks_attr, all_blocks)
                 handle.remove()
+                for h in extra:
+                    h.remove()
             return self._unembed(hidden, positions, offset=prefix)
 
         return run
@@ -255,3 +260,18 @@ def _post_hook(fn: Hook):
         return None if out is None else _replace_first(output, out)
 
     return hook
+
+
+def random_llama(tokenizer, *, n_layers: int = 2, d_model: int = 32, seed: int = 0) -> HookedLM:
+    """A randomly initialised small Llama with ``tokenizer``'s vocabulary: a stand-in that runs
+    every step of a real-LM experiment in seconds (smoke presets, tests); its numbers mean nothing."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    check_int("n_layers", n_layers, minimum=1)
+    if check_int("d_model", d_model, minimum=8) % 8:
+        raise ValueError(f"d_model must be a multiple of 8 (4 heads of even size), got {d_model}")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=d_model, intermediate_size=2 * d_model,
+                         num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=256)
+    return HookedLM(LlamaForCausalLM(config), tokenizer)

@@ -37,6 +37,15 @@ def hook_layer(name: str) -> int:
     return int(match.group(1))
 
 
+def _on_suffix(fn: Hook, prefix: int) -> Hook:
+    """``fn`` applied to positions ``prefix:`` of a ``(batch, seq, ...)`` activation."""
+    def hook(x: Tensor) -> Tensor | None:
+        out = fn(x[:, prefix:])
+        return None if out is None else torch.cat([x[:, :prefix], out], 1)
+
+    return hook
+
+
 class _StopForward(Exception):  # noqa: N818 (a signal, not an error)
     """Raised by a caching hook once everything asked for is cached: the rest of the forward is skipped."""
 
@@ -147,9 +156,10 @@ class HookedTinyTransformer(nn.Module):
     def resume_from(self, tokens: Tensor, layer: int, *, prefix: int = 0):
         """A re-run from block ``layer``'s residual stream, for many patches of one batch.
 
-        Returns ``run(resid, positions) -> logits (batch, vocab)``, where ``resid`` replaces
-        ``blocks.{layer}.hook_resid_pre`` at positions ``prefix:`` (the first ``prefix`` positions
-        keep the clean run's values) and the blocks before ``layer`` are skipped.
+        Returns ``run(resid, positions, hooks=None) -> logits (batch, vocab)``, where ``resid``
+        replaces ``blocks.{layer}.hook_resid_pre`` at positions ``prefix:`` (the first ``prefix``
+        positions keep the clean run's values) and the blocks before ``layer`` are skipped;
+        ``hooks`` see (and patch) the positions ``prefix:`` only.
         """
         check_int("layer", layer, minimum=0)
         if layer >= self.n_layers:
@@ -163,10 +173,22 @@ class HookedTinyTransformer(nn.Module):
         head = head[:, :prefix]
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), 1)
 
-        def run(resid: Tensor, positions: Tensor) -> Tensor:
-            x = torch.cat([head, resid], 1)
-            for block in self.blocks[layer:]:
-                x = block(x, mask)
+        def run(resid: Tensor, positions: Tensor, hooks: dict[str, Hook] | None = None) -> Tensor:
+            points = self.hook_points()
+            unknown = set(hooks or {}) - set(points)
+            if unknown:
+                raise ValueError(f"unknown hook names {sorted(unknown)}")
+            # hooks see the positions prefix: only, as with HookedLM's cached prefix
+            wrapped = {name: _on_suffix(fn, prefix) for name, fn in (hooks or {}).items()}
+            try:
+                for name, fn in wrapped.items():
+                    points[name].fn = fn
+                x = torch.cat([head, resid], 1)
+                for block in self.blocks[layer:]:
+                    x = block(x, mask)
+            finally:
+                for name in wrapped:
+                    points[name].fn = None
             return self.unembed(self.ln_final(x[torch.arange(len(x)), positions]))
 
         return run

@@ -76,14 +76,27 @@ class IOIPrompt:
     s: str
     template: int
     order: str
+    place: str = ""
+    object: str = ""
+
+    def swap_positions(self) -> "IOIPrompt":
+        """The same prompt with the first two names swapped (ABB <-> BAB): the same IO and S,
+        the IO in the other position. Makelov et al. patch from one into the other."""
+        a, b = (self.s, self.io) if self.order == "ABB" else (self.io, self.s)
+        fill = {"A": a, "B": b, "PLACE": self.place, "OBJECT": self.object}
+        template = TEXT_TEMPLATES[self.template]
+        return IOIPrompt(template.format(S=self.s, **fill), template.format(S=self.io, **fill), self.io, self.s,
+                         self.template, "BAB" if self.order == "ABB" else "ABB", self.place, self.object)
 
 
 def ioi_prompts(n: int, *, seed: int = 0, templates: Sequence[int] | None = None, names: Sequence[str] | None = None,
-                tokenizer=None) -> list[IOIPrompt]:
+                tokenizer=None, fixed_length: bool = False) -> list[IOIPrompt]:
     """``n`` random IOI prompts from ``TEXT_TEMPLATES[templates]`` and ``names``.
 
     With a ``tokenizer``, only names that are a single token after a space are used (so a
-    prompt and its counterfactual have the same length); too few left is an error.
+    prompt and its counterfactual have the same length; too few left is an error), and with
+    ``fixed_length`` also only single-token places and objects, so that all prompts of one
+    template have the same length.
     """
     check_int("n", n, minimum=1)
     templates = list(range(len(TEXT_TEMPLATES))) if templates is None else list(templates)
@@ -91,8 +104,18 @@ def ioi_prompts(n: int, *, seed: int = 0, templates: Sequence[int] | None = None
     if bad or not templates:
         raise ValueError(f"templates must be indices in [0, {len(TEXT_TEMPLATES)}), got {templates}")
     names = list(TEXT_NAMES if names is None else names)
+    places, objects = PLACES, OBJECTS
     if tokenizer is not None:
-        names = [m for m in names if len(tokenizer(" " + m, add_special_tokens=False)["input_ids"]) == 1]
+        def one_token(words):
+            return [w for w in words if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+
+        names = one_token(names)
+        if fixed_length:
+            places, objects = one_token(PLACES), one_token(OBJECTS)
+            if not places or not objects:
+                raise ValueError("fixed_length needs single-token places and objects; this tokenizer has none")
+    elif fixed_length:
+        raise ValueError("fixed_length needs the tokenizer that decides what one token is")
     if len(names) < 2:
         raise ValueError(f"ioi_prompts needs at least 2 names (single tokens for this tokenizer), got {names}")
     rng = random.Random(seed)
@@ -101,9 +124,9 @@ def ioi_prompts(n: int, *, seed: int = 0, templates: Sequence[int] | None = None
         t = rng.choice(templates)
         io, s = rng.sample(names, 2)
         a, b, order = (io, s, "ABB") if rng.random() < 0.5 else (s, io, "BAB")
-        fill = {"A": a, "B": b, "PLACE": rng.choice(PLACES), "OBJECT": rng.choice(OBJECTS)}
+        fill = {"A": a, "B": b, "PLACE": rng.choice(places), "OBJECT": rng.choice(objects)}
         out.append(IOIPrompt(TEXT_TEMPLATES[t].format(S=s, **fill), TEXT_TEMPLATES[t].format(S=io, **fill), io, s, t,
-                             order))
+                             order, fill["PLACE"], fill["OBJECT"]))
     return out
 
 

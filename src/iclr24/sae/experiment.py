@@ -336,18 +336,11 @@ def _hooked_lm(spec: str):
 
 
 def _random_tiny_lm(seed: int):
-    """A randomly initialised 2-layer Llama with the embedded model's tokenizer: the smoke preset's
-    stand-in, which runs every step of the real-LM study in seconds (its numbers mean nothing)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from iclr24.interp import HookedLM
+    """The smoke preset's stand-in: a random 2-layer Llama with the embedded model's tokenizer."""
+    from iclr24.interp import random_llama
     from iclr24.llm import load_torch_model
 
-    _, tokenizer = load_torch_model("embedded")
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    return HookedLM(LlamaForCausalLM(config), tokenizer)
+    return random_llama(load_torch_model("embedded")[1], seed=seed)
 
 
 def _features_needed(curve: dict, target: float) -> tuple[int, float]:

@@ -1,0 +1,217 @@
+"""Reproduction of "Is This the Subspace You Are Looking For? An Interpretability Illusion for
+Subspace Activation Patching" (Makelov, Lange, Nanda, ICLR 2024).
+
+1. The paper's toy (section 3), computed exactly.
+2. IOI on a real LM (SmolLM2-135M, the embedded model), at the END token. Base prompts and
+   sources differ only in the order of the first two names (ABB <-> BAB), so a patch that
+   carries the position signal flips the answer. A scan of full residual-stream patches over
+   blocks picks the block L* where the signal sits (the largest FLDD); the MLP of block L*-1
+   writes into that stream. There: the full MLP patch, a 1-d DAS direction in the MLP's
+   hidden activation and its rowspace / nullspace parts (w.r.t. W_out); the full residual
+   patch and a 1-d DAS direction in the residual stream. DAS is trained on two templates and
+   half the names, and evaluated on the other templates and names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.interp import TEXT_NAMES, ioi_batch, ioi_prompts  # noqa: E402
+from iclr24.subspace_patching.das import EndPatcher, PatchingPairs, train_das  # noqa: E402
+from iclr24.subspace_patching.patching import (  # noqa: E402
+    fldd,
+    interchange_accuracy,
+    patch_direction,
+    rowspace_nullspace_split,
+)
+from iclr24.subspace_patching.toy import PlantedDormantMLP, toy_patches  # noqa: E402
+
+PAPER = ("Is This the Subspace You Are Looking For? An Interpretability Illusion for Subspace Activation Patching "
+         "(Makelov, Lange, Nanda, ICLR 2024)")
+CLAIM_TOY = ("toy: patching along (e2 + e3)/sqrt2 moves the output exactly to the source, while e2, e3 or both "
+             "patched fully do nothing")
+CLAIM_MLP = ("an MLP's 1-d DAS direction changes IOI behaviour while patching the whole MLP does nothing, and its "
+             "rowspace part (the part the MLP's output can see) does far less: an illusion")
+CLAIM_RESID = "a 1-d DAS direction in the residual stream is not illusory: the full residual patch there works too"
+
+
+@dataclass(frozen=True)
+class Config:
+    lm: str = "embedded"  # "embedded", "hf:/path", or "random-tiny" (a random 3-layer Llama: plumbing only)
+    train_pairs: int = 100
+    test_pairs: int = 100
+    train_templates: tuple[int, ...] = (0, 1)
+    test_templates: tuple[int, ...] = (2, 3, 5)
+    scan_pairs: int = 20  # pairs used to choose the block
+    scan_from: float = 1 / 3  # scan blocks from this fraction of the depth on
+    epochs: int = 30
+    batch_size: int = 20
+    lr: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.lm not in ("embedded", "random-tiny") and not self.lm.startswith(("embedded:", "hf:")):
+            raise ValueError(f"lm must be 'embedded', 'embedded:NAME', 'hf:/path' or 'random-tiny', got {self.lm!r}")
+        if set(self.train_templates) & set(self.test_templates):
+            raise ValueError("train_templates and test_templates must not overlap")
+
+
+PRESETS = {
+    "smoke": Config(lm="random-tiny", train_pairs=8, test_pairs=8, scan_pairs=4, epochs=2, batch_size=4),
+    "quick": Config(),
+    "paper": Config(train_pairs=200, test_pairs=200, scan_pairs=100, scan_from=0.0),
+}
+
+
+@experiment(
+    name="subspace_patching",
+    paper=PAPER,
+    presets=PRESETS,
+    claims=[CLAIM_TOY, CLAIM_MLP, CLAIM_RESID],
+    description="The interpretability illusion of subspace activation patching: a toy and IOI on SmolLM2.",
+)
+def reproduce(cfg: Config, ctx: RunContext) -> Result:
+    """The toy exactly, then full / DAS / rowspace / nullspace patches on a real LM's IOI."""
+    metrics, tables, figures = {}, {}, {}
+
+    # 1. the toy, in float64 so that "exactly" means to rounding
+    x_base, x_source = torch.linspace(-2, 2, 9, dtype=torch.float64), torch.linspace(3, -1, 9, dtype=torch.float64)
+    outputs = toy_patches(x_base, x_source)
+    moved = {k: float((v - outputs["none"]).abs().max()) for k, v in outputs.items()}
+    to_source = float((outputs["(e2 + e3)/sqrt2 (illusory)"] - outputs["source"]).abs().max())
+    tables["toy"] = [{"patch": k, "max |y - y_base|": moved[k]} for k in outputs if k != "none"]
+    planted = PlantedDormantMLP()
+    metrics.update({"toy_illusory_minus_source": to_source,
+                    "toy_e2_moves": moved["e2 (disconnected)"], "toy_e3_moves": moved["e3 (dormant)"],
+                    "toy_span_moves": moved["span{e2, e3}"], "planted_full_patch_moves": _planted_full(planted)})
+
+    # 2. IOI on a real LM
+    lm = _load(cfg, ctx.seed)
+    names = [n for n in TEXT_NAMES if len(lm.tokenizer(" " + n, add_special_tokens=False)["input_ids"]) == 1]
+    half = len(names) // 2
+    train = position_swap_pairs(lm, cfg.train_pairs, cfg.train_templates, names[:half], ctx.seed)
+    test = position_swap_pairs(lm, cfg.test_pairs, cfg.test_templates, names[half:], ctx.seed + 1)
+    first = int(cfg.scan_from * lm.n_layers)
+    scan_rows = torch.arange(min(cfg.scan_pairs, len(train)))
+    scan = {}
+    for layer in range(max(first, 1), lm.n_layers):
+        p = EndPatcher(lm, f"blocks.{layer}.hook_resid_pre", train.subset(scan_rows), batch_size=cfg.batch_size)
+        scan[layer] = fldd(p.logit_diff(lambda w, u: u), p.logit_diff())
+    best = max(scan, key=scan.get)
+    resid_hook, mlp_hook = f"blocks.{best}.hook_resid_pre", f"blocks.{best - 1}.mlp.hook_post"
+    ctx.log(f"full END residual patch FLDD by block: { {k: round(v, 1) for k, v in scan.items()} }; "
+            f"chose {resid_hook} and {mlp_hook}")
+
+    rows, directions = [], {}
+    for kind, hook in (("MLP", mlp_hook), ("resid", resid_hook)):
+        p_train = EndPatcher(lm, hook, train, batch_size=cfg.batch_size)
+        p_test = EndPatcher(lm, hook, test, batch_size=cfg.batch_size)
+        das = train_das(p_train, k=1, epochs=cfg.epochs, lr=cfg.lr, seed=ctx.seed)
+        v = das.basis[:, 0].detach()
+        directions[kind] = v
+        ld_clean = p_test.logit_diff()
+        patches = {"full": lambda w, u: u, "DAS 1-d": lambda w, u, v=v: patch_direction(w, u, v)}
+        if kind == "MLP":
+            v_row, v_null = rowspace_nullspace_split(v, lm.mlp_out_weight(best - 1))
+            metrics.update({"mlp_dir_row_norm": float(v_row.norm()), "mlp_dir_null_norm": float(v_null.norm())})
+            patches["DAS rowspace part"] = lambda w, u, d=v_row: patch_direction(w, u, d)
+            patches["DAS nullspace part"] = lambda w, u, d=v_null: patch_direction(w, u, d)
+        for name, patch in patches.items():
+            ld = p_test.logit_diff(patch)
+            rows.append({"hook": hook, "patch": f"{kind} {name}", "FLDD %": fldd(ld, ld_clean),
+                         "interchange accuracy": interchange_accuracy(ld)})
+            ctx.log(f"{hook} {name}: FLDD {rows[-1]['FLDD %']:.1f}%, interchange accuracy "
+                    f"{rows[-1]['interchange accuracy']:.2f}")
+        metrics[f"{kind.lower()}_clean_logit_diff"] = float(ld_clean.mean())
+    result = {r["patch"]: r for r in rows}
+    for r in rows:
+        metrics[f"fldd_{r['patch'].replace(' ', '_').replace('-', '')}"] = r["FLDD %"]
+        metrics[f"acc_{r['patch'].replace(' ', '_').replace('-', '')}"] = r["interchange accuracy"]
+    metrics["block"] = best
+    tables["patches"] = rows
+    tables["scan"] = [{"hook": f"blocks.{k}.hook_resid_pre", "full-patch FLDD %": v} for k, v in scan.items()]
+    figures["fldd_by_patch.png"] = _plot_patches(rows)
+    figures["scan.png"] = _plot_scan(scan, best)
+
+    mlp_das, mlp_full = result["MLP DAS 1-d"]["FLDD %"], result["MLP full"]["FLDD %"]
+    mlp_row, mlp_null = result["MLP DAS rowspace part"]["FLDD %"], result["MLP DAS nullspace part"]["FLDD %"]
+    resid_das, resid_full = result["resid DAS 1-d"]["FLDD %"], result["resid full"]["FLDD %"]
+    model_name = {"embedded": "SmolLM2-135M-Instruct", "random-tiny": "a random 3-layer Llama (plumbing only)"}.get(
+        cfg.lm, cfg.lm)
+    claims = [
+        Claim(CLAIM_TOY, paper="y moves to the source along (e2 + e3)/sqrt2; e2, e3, span{e2, e3}: no change",
+              measured=(f"|y - y_source| <= {to_source:.1e} along (e2 + e3)/sqrt2; max change with e2 "
+                        f"{moved['e2 (disconnected)']:.1e}, e3 {moved['e3 (dormant)']:.1e}, span "
+                        f"{moved['span{e2, e3}']:.1e}"),
+              holds=to_source < 1e-12 and max(moved["e2 (disconnected)"], moved["e3 (dormant)"],
+                                               moved["span{e2, e3}"]) < 1e-12,
+              criterion="all four to 1e-12 in float64"),
+        Claim(CLAIM_MLP, paper="GPT-2 MLP8: DAS 1-d FLDD 45.9%, full MLP -8%, rowspace part 13.2%, nullspace 0.0%",
+              measured=(f"{model_name} {mlp_hook}: DAS 1-d {mlp_das:.1f}%, full MLP {mlp_full:.1f}%, rowspace part "
+                        f"{mlp_row:.1f}%, nullspace part {mlp_null:.1f}% (held-out templates and names)"),
+              holds=mlp_das >= 30 and abs(mlp_full) <= 10 and mlp_row <= 0.5 * mlp_das,
+              criterion="DAS FLDD >= 30%, |full-MLP FLDD| <= 10%, rowspace-part FLDD <= half the DAS FLDD"),
+        Claim(CLAIM_RESID, paper="GPT-2 resid 8: DAS 1-d FLDD 138.9%, full patch 121.5%",
+              measured=f"{model_name} {resid_hook}: DAS 1-d {resid_das:.1f}%, full patch {resid_full:.1f}%",
+              holds=resid_das >= 50 and resid_full >= 50,
+              criterion="DAS FLDD >= 50% and the full residual patch's FLDD >= 50%"),
+    ]
+    notes = (f"{model_name}: clean logit difference {metrics['mlp_clean_logit_diff']:.2f} on held-out pairs; block "
+             f"{best} chosen by the largest full END residual patch. See docs/subspace_patching.md.")
+    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+
+
+def _load(cfg: Config, seed: int):
+    from iclr24.interp import HookedLM, random_llama
+    from iclr24.llm import load_torch_model
+
+    if cfg.lm == "random-tiny":
+        return random_llama(load_torch_model("embedded")[1], n_layers=3, seed=seed)
+    return HookedLM.from_llm(cfg.lm)
+
+
+def position_swap_pairs(lm, n: int, templates, names, seed: int) -> PatchingPairs:
+    """``n`` IOI prompts (as ``ioi_prompts(..., fixed_length=True)``) and their ABB <-> BAB swaps, as
+    :class:`PatchingPairs`: a patch that carries the position signal makes the model say S."""
+    prompts = ioi_prompts(n, seed=seed, templates=templates, names=names, tokenizer=lm.tokenizer, fixed_length=True)
+    base, source = ioi_batch(lm, prompts), ioi_batch(lm, [p.swap_positions() for p in prompts])
+    if not torch.equal(base.lengths, source.lengths):
+        raise RuntimeError("a prompt and its position swap tokenise to different lengths")
+    return PatchingPairs(base.tokens, source.tokens, base.lengths, base.io, base.s)
+
+
+def _planted_full(model: PlantedDormantMLP) -> float:
+    """How far a full patch of the planted MLP's hidden activation moves its output (0: not at all)."""
+    x_base, x_source = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.5])  # features are non-negative
+    patched = model.output_from_hidden(x_base, model.hidden(x_source))
+    return float((patched - model(x_base)).abs().max())
+
+
+def _plot_patches(rows):
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [r["patch"] for r in rows]
+    ax.barh(labels, [r["FLDD %"] for r in rows], color=["C0" if r["patch"].startswith("MLP") else "C1" for r in rows])
+    ax.axvline(0, color="k", lw=0.8)
+    ax.axvline(100, color="grey", ls=":", lw=0.8)
+    ax.set_xlabel("FLDD (%) on held-out pairs")
+    ax.invert_yaxis()
+    ax.set_title("END-token patches (ABB <-> BAB)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_scan(scan, best):
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot(list(scan), list(scan.values()), "o-")
+    ax.axvline(best, color="grey", ls=":")
+    ax.set_xlabel("block (residual stream entering it)")
+    ax.set_ylabel("full END patch FLDD (%)")
+    ax.set_title("Where the position signal sits", fontsize=9)
+    fig.tight_layout()
+    return fig

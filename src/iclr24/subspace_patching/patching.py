@@ -1,0 +1,95 @@
+"""Subspace activation patching, the rowspace/nullspace split, and the metrics of the paper.
+
+Makelov, Lange, Nanda (ICLR 2024), section 2: patching activation ``w`` (base run) toward
+``u`` (source run) along a direction ``v`` replaces the component of ``w`` along ``v`` by that
+of ``u``,
+
+    w' = w + ((u - w) . v / ||v||^2) v                                        (the 1-d patch)
+
+and along a subspace with orthonormal basis ``Q``, ``w' = w + Q Q^T (u - w)``. For a direction
+``v`` in an MLP's hidden space, whose output is ``W_out h``, the paper splits
+``v = v_row + v_null`` with ``v_row`` in the rowspace of ``W_out`` and ``W_out v_null = 0``:
+the nullspace part cannot change the MLP's output by itself, and when it carries a patch's
+effect the effect is an illusion (section 3).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from iclr24.core.checks import check_tensor
+
+__all__ = ["fldd", "interchange_accuracy", "patch_direction", "patch_subspace", "rowspace_nullspace_split"]
+
+
+def _check_pair(base: Tensor, source: Tensor) -> None:
+    check_tensor("base", base, min_ndim=1)
+    check_tensor("source", source, min_ndim=1)
+    if base.shape != source.shape:
+        raise ValueError(f"source must have base's shape {tuple(base.shape)}, got {tuple(source.shape)}")
+
+
+def patch_direction(base: Tensor, source: Tensor, v: Tensor) -> Tensor:
+    """``base`` with its component along ``v`` taken from ``source``: ``w + ((u - w).v / |v|^2) v``.
+
+    Shapes: ``base``, ``source`` ``(..., d)``; ``v`` ``(d,)``, non-zero.
+    """
+    _check_pair(base, source)
+    check_tensor("v", v, ndim=1)
+    if v.shape[0] != base.shape[-1]:
+        raise ValueError(f"v must have {base.shape[-1]} entries (the activations' last dimension), got {v.shape[0]}")
+    norm2 = v.pow(2).sum()
+    if not norm2 > 0:
+        raise ValueError("v must be a non-zero direction")
+    return base + (((source - base) @ v) / norm2)[..., None] * v
+
+
+def patch_subspace(base: Tensor, source: Tensor, basis: Tensor) -> Tensor:
+    """``base`` with its component in ``span(basis)`` taken from ``source``: ``w + Q Q^T (u - w)``.
+
+    ``basis`` is ``(d, k)``, any full-rank spanning set (orthonormalised here by QR).
+    """
+    _check_pair(base, source)
+    check_tensor("basis", basis, ndim=2, shape_doc="(d, k)")
+    if basis.shape[0] != base.shape[-1]:
+        raise ValueError(f"basis must be (d, k) with d={base.shape[-1]}, got {tuple(basis.shape)}")
+    q, r = torch.linalg.qr(basis)
+    tolerance = 10 * max(basis.shape) * torch.finfo(r.dtype).eps * r.diagonal().abs().max().clamp_min(1e-30)
+    if bool((r.diagonal().abs() <= tolerance).any()):
+        raise ValueError("basis must have linearly independent columns")
+    return base + (source - base) @ q @ q.T
+
+
+def rowspace_nullspace_split(v: Tensor, W_out: Tensor) -> tuple[Tensor, Tensor]:  # noqa: N803 (the paper's name)
+    """Split an MLP-hidden direction ``v`` into ``(v_row, v_null)``, ``v = v_row + v_null``.
+
+    ``W_out`` is ``(d_model, d_mlp)`` (the MLP's output map, ``out = W_out h``); ``v_row`` is
+    the projection of ``v`` on the rowspace of ``W_out`` and ``W_out v_null = 0``.
+    """
+    check_tensor("v", v, ndim=1)
+    check_tensor("W_out", W_out, ndim=2, shape_doc="(d_model, d_mlp)")
+    if W_out.shape[1] != v.shape[0]:
+        raise ValueError(f"W_out must be (d_model, d_mlp) with d_mlp = len(v) = {v.shape[0]}, "
+                         f"got {tuple(W_out.shape)}")
+    # the rowspace of W_out is the column space of W_out^T; an SVD handles rank deficiency
+    u, s, _ = torch.linalg.svd(W_out.T.double(), full_matrices=False)
+    q = u[:, s > s.max() * max(W_out.shape) * torch.finfo(torch.float64).eps]
+    v_row = (q @ (q.T @ v.double())).to(v.dtype)
+    return v_row, v - v_row
+
+
+def fldd(ld_patched: Tensor, ld_clean: Tensor) -> float:
+    """Fractional logit difference decrease, in %: ``100 (1 - mean LD_patched / mean LD_clean)``.
+
+    0: the patch did nothing; 100: it erased the logit difference; above 100: the answer flipped.
+    """
+    clean = float(ld_clean.mean())
+    if clean == 0:
+        raise ValueError("the clean logit difference is 0: FLDD is undefined")
+    return 100.0 * (1.0 - float(ld_patched.mean()) / clean)
+
+
+def interchange_accuracy(ld_patched: Tensor) -> float:
+    """Fraction of prompts where the patch made the model prefer the source's answer (LD < 0)."""
+    return float((ld_patched < 0).float().mean())

@@ -1,0 +1,119 @@
+import math
+
+import pytest
+import torch
+
+from iclr24.subspace_patching import (
+    DistributedAlignmentSearch,
+    PlantedDormantMLP,
+    fldd,
+    interchange_accuracy,
+    patch_direction,
+    patch_subspace,
+    rowspace_nullspace_split,
+    toy_patches,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+def test_one_direction_patch_formula_by_hand():
+    w, u, v = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 0.0, -1.0]), torch.tensor([0.0, 2.0, 0.0])
+    # the component along e2 is taken from u, the rest kept: (1, 0, 3)
+    torch.testing.assert_close(patch_direction(w, u, v), torch.tensor([1.0, 0.0, 3.0]))
+    v = torch.tensor([1.0, 1.0, 0.0])  # ((u - w).v / |v|^2) v = (3 - 2)/2 (1, 1, 0)
+    torch.testing.assert_close(patch_direction(w, u, v), torch.tensor([1.5, 2.5, 3.0]))
+
+
+def test_a_direction_orthogonal_to_the_readout_changes_nothing_read():
+    g = torch.Generator().manual_seed(0)
+    readout = torch.randn(5, generator=g)
+    w, u = torch.randn(10, 5, generator=g), torch.randn(10, 5, generator=g)
+    v = torch.randn(5, generator=g)
+    v = v - (v @ readout) / (readout @ readout) * readout
+    torch.testing.assert_close(patch_direction(w, u, v) @ readout, w @ readout)
+    assert not torch.allclose(patch_direction(w, u, v), w)
+
+
+def test_subspace_patch_of_everything_is_the_source_and_of_one_direction_the_direction_patch():
+    g = torch.Generator().manual_seed(1)
+    w, u = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    torch.testing.assert_close(patch_subspace(w, u, torch.randn(6, 6, generator=g)), u)
+    v = torch.randn(6, generator=g)
+    torch.testing.assert_close(patch_subspace(w, u, 3 * v[:, None]), patch_direction(w, u, v))
+    with pytest.raises(ValueError, match="linearly independent"):
+        patch_subspace(w, u, torch.stack([v, 2 * v], 1))
+
+
+def test_split_parts_sum_to_v_and_the_null_part_is_invisible_to_w_out():
+    g = torch.Generator().manual_seed(2)
+    W_out = torch.randn(4, 9, generator=g, dtype=torch.float64)  # rank 4 in a 9-d hidden space
+    v = torch.randn(9, generator=g, dtype=torch.float64)
+    v_row, v_null = rowspace_nullspace_split(v, W_out)
+    torch.testing.assert_close(v_row + v_null, v)
+    torch.testing.assert_close(W_out @ v_null, torch.zeros(4, dtype=torch.float64), atol=1e-12, rtol=0)
+    assert abs(float(v_row @ v_null)) < 1e-12
+    torch.testing.assert_close(W_out @ v_row, W_out @ v)
+    with pytest.raises(ValueError, match="d_mlp = len"):
+        rowspace_nullspace_split(v[:5], W_out)
+
+
+def test_the_papers_toy():
+    out = toy_patches(torch.tensor([1.0, -2.0], dtype=torch.float64), torch.tensor([3.0, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(out["(e2 + e3)/sqrt2 (illusory)"], out["source"])
+    torch.testing.assert_close(out["e1 (the feature)"], out["source"])
+    for nothing in ("e2 (disconnected)", "e3 (dormant)", "span{e2, e3}"):
+        torch.testing.assert_close(out[nothing], out["none"])
+
+
+def test_the_planted_dormant_neuron_shows_the_illusion():
+    model = PlantedDormantMLP()
+    x_base, x_source = torch.tensor([1.0, 2.0]), torch.tensor([0.0, 0.5])  # features are non-negative
+    hb, hs = model.hidden(x_base), model.hidden(x_source)
+    torch.testing.assert_close(model.output_from_hidden(x_base, hs), model(x_base))  # the whole MLP: nothing
+    v = torch.tensor([1.0, 1.0]) / math.sqrt(2)
+    torch.testing.assert_close(model.output_from_hidden(x_base, patch_direction(hb, hs, v)), model(x_source))
+    v_row, v_null = rowspace_nullspace_split(v, model.W_out)
+    for part in (v_row, v_null):  # each part alone does nothing: the effect needs both
+        torch.testing.assert_close(model.output_from_hidden(x_base, patch_direction(hb, hs, part)), model(x_base))
+
+
+def test_das_keeps_its_basis_orthonormal_and_patches_it():
+    das = DistributedAlignmentSearch(6, k=2, seed=0)
+    opt = torch.optim.Adam(das.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(0)
+    w, u = torch.randn(8, 6, generator=g), torch.randn(8, 6, generator=g)
+    for _ in range(5):
+        loss = das(w, u).pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    B = das.basis.detach()
+    torch.testing.assert_close(B.T @ B, torch.eye(2), atol=1e-5, rtol=0)
+    assert not torch.allclose(B, DistributedAlignmentSearch(6, k=2, seed=0).basis.detach())  # training moved it
+    with torch.no_grad():
+        torch.testing.assert_close(das(w, u), patch_subspace(w, u, das.basis), atol=1e-5, rtol=0)
+    assert das.basis.shape == (6, 2)
+    with pytest.raises(ValueError, match="k must be <= dim=6"):
+        DistributedAlignmentSearch(6, k=7)
+
+
+def test_metrics():
+    clean = torch.tensor([2.0, 4.0])
+    assert fldd(clean, clean) == 0.0 and fldd(torch.zeros(2), clean) == 100.0 and fldd(-clean, clean) == 200.0
+    assert interchange_accuracy(torch.tensor([-1.0, 0.5, -0.1, 2.0])) == 0.5
+    with pytest.raises(ValueError, match="clean logit difference is 0"):
+        fldd(clean, torch.zeros(2))
+
+
+def test_bad_arguments_name_the_argument():
+    w = torch.zeros(3, 4)
+    with pytest.raises(ValueError, match="source must have base's shape"):
+        patch_direction(w, torch.zeros(3, 5), torch.ones(4))
+    with pytest.raises(ValueError, match="v must have 4 entries"):
+        patch_direction(w, w, torch.ones(5))
+    with pytest.raises(ValueError, match="non-zero direction"):
+        patch_direction(w, w, torch.zeros(4))
