@@ -129,3 +129,29 @@ def test_the_embedded_model_solves_ioi(smollm2):
     assert (ld > 0).float().mean() >= 0.8 and ld.mean() > 2.0  # the IO wins
     assert ld_cf.mean() < -2.0  # repeating the IO instead flips the answer to S
     assert smollm2.n_layers == 30 and smollm2.mlp_out_weight(0).shape == (576, 1536)
+
+
+def test_a_bad_hook_name_leaves_no_hook_behind_and_resume_checks_its_inputs():
+    lm = llama()
+    tokens = torch.randint(50, (2, 6))
+    with torch.no_grad():
+        reference = lm(tokens)
+        with pytest.raises(ValueError, match="unknown hook name 'blocks.9.hook_resid_pre'"):
+            lm.run_with_hooks(tokens, {"blocks.0.hook_resid_pre": lambda x: 0 * x,
+                                       "blocks.9.hook_resid_pre": lambda x: x})
+        torch.testing.assert_close(lm(tokens), reference)  # the good hook was not left attached
+        name = "blocks.1.hook_resid_pre"
+        resid = lm.run_with_cache(tokens, [name])[1][name]
+        run = lm.resume_from(tokens, 1, prefix=3)
+        with pytest.raises(ValueError, match=r"positions must lie in \[3, 6\)"):
+            run(resid[:, 3:], torch.tensor([1, 5]))
+        with pytest.raises(ValueError, match="resid must be"):
+            run(resid[:, 2:], torch.tensor([5, 5]))
+        with pytest.raises(ValueError, match="unknown hook name 'blocks.0.hook_mlp_out'"):
+            run(resid[:, 3:], torch.tensor([5, 5]), {"blocks.0.hook_mlp_out": lambda x: x})
+        # a hook on the resumed block's resid_pre sees the injected residual stream and can patch it
+        seen = []
+        run(resid[:, 3:], torch.tensor([5, 5]), {name: lambda x: seen.append(x.clone())})
+        torch.testing.assert_close(seen[0], resid[:, 3:])
+        with pytest.raises(ValueError, match="positions must hold one integer index per prompt"):
+            lm(tokens, positions=torch.tensor([[5], [5]]))

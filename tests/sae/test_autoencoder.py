@@ -219,3 +219,18 @@ def test_round_trip_through_saelens(tmp_path, tied):
     with torch.no_grad():
         torch.testing.assert_close(back.encode(x), ours.encode(x), rtol=0, atol=1e-6)
         torch.testing.assert_close(back(x)[0], ours(x)[0], rtol=0, atol=1e-6)
+
+
+def test_load_refuses_mismatched_shapes_and_bad_cfg(tmp_path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    folder = SparseAutoencoder(4, 8, tied=False).save(tmp_path / "sae")
+    weights = safetensors.load_file(str(folder / "sae_weights.safetensors"))
+    safetensors.save_file({**weights, "b_enc": torch.zeros(1)}, str(folder / "sae_weights.safetensors"))
+    with pytest.raises(ValueError, match=r"b_enc must have shape \[8\]"):
+        SparseAutoencoder.load(folder)
+    safetensors.save_file(weights, str(folder / "sae_weights.safetensors"))
+    (folder / "cfg.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cfg.json' is not valid JSON"):
+        SparseAutoencoder.load(folder)
+    (folder / "cfg.json").write_text(json.dumps({"iclr24": {"tied": True}, "metadata": None}))
+    assert SparseAutoencoder.load(folder).tied is False  # stored weights are untied: used as stored

@@ -117,3 +117,37 @@ def test_bad_arguments_name_the_argument():
         patch_direction(w, w, torch.ones(5))
     with pytest.raises(ValueError, match="non-zero direction"):
         patch_direction(w, w, torch.zeros(4))
+
+
+def test_split_of_a_rank_deficient_float32_w_out():
+    g = torch.Generator().manual_seed(3)
+    W_out = torch.randn(8, 3, generator=g) @ torch.randn(3, 12, generator=g)  # rank 3, float32
+    null = torch.linalg.svd(W_out.double())[2][-1].float()  # a direction W_out maps to ~0
+    v_row, v_null = rowspace_nullspace_split(null, W_out)
+    assert v_row.norm() < 1e-3 and (v_null.norm() - 1).abs() < 1e-3
+
+
+def test_mixed_precision_patches_follow_the_activations():
+    w, u = torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)
+    out = patch_direction(w, u, torch.tensor([1.0, 0.0, 0.0]))
+    assert out.dtype == torch.float64 and out[0].tolist() == [1.0, 0.0, 0.0]
+    assert patch_subspace(w, u, torch.eye(3)[:, :1]).dtype == torch.float64
+    with pytest.raises(ValueError, match="4 columns in 3 dimensions"):
+        patch_subspace(w, u, torch.randn(3, 4))
+
+
+def test_end_patcher_names_bad_pairs():
+    from iclr24.interp import HookedTinyTransformer
+    from iclr24.subspace_patching import EndPatcher, PatchingPairs
+
+    model = HookedTinyTransformer(10, 6, d_model=8, n_layers=2, n_heads=2, d_mlp=16)
+    tokens = torch.randint(10, (3, 6))
+    ok = dict(base=tokens, source=tokens, lengths=torch.tensor([6, 5, 6]), answer=torch.tensor([1, 2, 3]),
+              other=torch.tensor([4, 5, 6]))
+    for change, message in ((dict(lengths=torch.tensor([7, 5, 6])), r"pairs.lengths must lie in \[1, 6\]"),
+                            (dict(answer=torch.tensor([1, 2])), r"pairs.answer must be an integer tensor of shape"),
+                            (dict(source=tokens[:, :5]), "pairs.source must have pairs.base's shape")):
+        with pytest.raises(ValueError, match=message):
+            EndPatcher(model, "blocks.1.hook_resid_pre", PatchingPairs(**{**ok, **change}))
+    with pytest.raises(ValueError, match="pairs is empty"):
+        EndPatcher(model, "blocks.1.hook_resid_pre", PatchingPairs(**ok).subset(torch.tensor([], dtype=torch.long)))

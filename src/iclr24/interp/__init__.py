@@ -12,7 +12,14 @@ here, never from each other. ``HookedLM`` needs the ``llm`` extra (transformers)
 """
 
 from iclr24.interp.hf import LAYOUTS, HookedLM, Layout, random_llama
-from iclr24.interp.hooks import HookedTinyTransformer, HookPoint, cache_only, collect_activations, hook_layer
+from iclr24.interp.hooks import (
+    HookedTinyTransformer,
+    HookPoint,
+    cache_only,
+    check_positions,
+    collect_activations,
+    hook_layer,
+)
 from iclr24.interp.ioi import (
     NAMES,
     TEMPLATES,
@@ -45,6 +52,7 @@ __all__ = [
     "IOIPrompt",
     "Layout",
     "cache_only",
+    "check_positions",
     "collect_activations",
     "english_paragraphs",
     "hook_layer",

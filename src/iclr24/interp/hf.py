@@ -11,7 +11,9 @@ outputs are the model's to the last bit): a pre-hook on block i for ``hook_resid
 on its output for ``hook_resid_post``, on its attention and MLP modules for ``hook_attn_out``
 and ``hook_mlp_out``, and a pre-hook on the MLP's output projection for ``mlp.hook_post``.
 Where those modules live is a :class:`Layout`; Llama-style models (Llama, Mistral, Qwen,
-SmolLM, Gemma, OLMo, Phi-3), GPT-2 and GPT-NeoX/Pythia are known, others take a ``layout=``.
+SmolLM, Gemma, OLMo, Phi-3), GPT-2 and GPT-NeoX/Pythia are known, others take a ``layout=``
+(for models that post-process logits, e.g. Gemma2's soft-capping, ``positions=`` is then the
+plain unembedding).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.interp.hooks import Hook, _caching_hooks
+from iclr24.interp.hooks import Hook, _caching_hooks, check_positions
 
 __all__ = ["HookedLM", "Layout", "LAYOUTS", "random_llama"]
 
@@ -50,8 +52,9 @@ class Layout:
 
 _LLAMA = Layout("model.layers", "self_attn", "mlp", "down_proj")
 LAYOUTS = {
-    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2", "phi3", "smollm3",
-                     "granite"), _LLAMA),
+    # Models whose blocks add attention and MLP outputs to the stream as they are, and whose logits
+    # are the unembedding of the final norm (not Gemma2's soft-capping, Granite's scaling, OLMo2's post-norms).
+    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "olmo", "phi3", "smollm3"), _LLAMA),
     "gpt2": Layout("transformer.h", "attn", "mlp", "c_proj"),
     "gpt_neox": Layout("gpt_neox.layers", "attention", "mlp", "dense_4h_to_h"),
 }
@@ -143,14 +146,19 @@ class HookedLM(nn.Module):
         return tokens, torch.tensor([len(row) for row in ids])
 
     # -- running -----------------------------------------------------------------------------------------
+    def _check_names(self, names, *, first_block: int = 0) -> None:
+        for name in names:
+            match = _HOOK.match(name)
+            if match is None or not first_block <= int(match.group(1)) < self.n_layers:
+                raise ValueError(f"unknown hook name {name!r}; expected blocks.<i>.<hook> with {first_block} <= i < "
+                                 f"{self.n_layers} and hook one of hook_resid_pre, hook_attn_out, hook_mlp_out, "
+                                 "mlp.hook_post, hook_resid_post")
+
     def _register(self, hooks: dict[str, Hook]) -> list:
+        self._check_names(hooks)  # all names first: a bad one leaves no hook behind
         handles = []
         for name, fn in hooks.items():
             match = _HOOK.match(name)
-            if match is None or int(match.group(1)) >= self.n_layers:
-                raise ValueError(f"unknown hook name {name!r}; expected blocks.<i>.<hook> with i < {self.n_layers} "
-                                 "and hook one of hook_resid_pre, hook_attn_out, hook_mlp_out, mlp.hook_post, "
-                                 "hook_resid_post")
             block, kind = self.blocks[int(match.group(1))], match.group(2)
             if kind == "hook_resid_pre":
                 handles.append(block.register_forward_pre_hook(_pre_hook(fn), with_kwargs=True))
@@ -168,13 +176,11 @@ class HookedLM(nn.Module):
         check_tensor("tokens", tokens, ndim=2, shape_doc="(batch, seq)")
         if positions is None:
             return self.model(input_ids=tokens).logits
+        positions = check_positions(positions, tokens.shape[0], tokens.shape[1])
         hidden = self.model.base_model(input_ids=tokens).last_hidden_state
         return self._unembed(hidden, positions)
 
     def _unembed(self, hidden: Tensor, positions: Tensor, offset: int = 0) -> Tensor:
-        if positions.shape != (hidden.shape[0],):
-            raise ValueError(f"positions must hold one index per prompt, shape ({hidden.shape[0]},), "
-                             f"got {tuple(positions.shape)}")
         return self.model.get_output_embeddings()(hidden[torch.arange(hidden.shape[0]), positions - offset])
 
     def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook], positions: Tensor | None = None) -> Tensor:
@@ -197,9 +203,10 @@ class HookedLM(nn.Module):
 
         Returns ``run(resid, positions, hooks=None) -> logits (batch, vocab)``, where ``resid``
         replaces ``blocks.{layer}.hook_resid_pre`` at positions ``prefix:`` and the blocks
-        before ``layer`` are skipped; ``hooks`` (at blocks ``>= layer``) see the positions
-        ``prefix:`` only. The first ``prefix`` positions are computed once (their keys and
-        values are cached), so they must be the same in every patched run. ``run`` is
+        before ``layer`` are skipped; ``hooks`` (at blocks ``>= layer``; earlier ones are an
+        error) see the positions ``prefix:`` only, and ``positions`` must lie in ``prefix:``.
+        The first ``prefix`` positions are computed once (their keys and values are cached), so
+        they must be the same in every patched run. ``run`` is
         differentiable in ``resid`` and in what the hooks compute.
         """
         check_int("layer", layer, minimum=0)
@@ -219,13 +226,24 @@ class HookedLM(nn.Module):
         position_ids = torch.arange(prefix, tokens.shape[1]).expand(len(tokens), -1)
         all_blocks = self.blocks
 
+        d_model = self.model.get_output_embeddings().weight.shape[1]
+        config = self.model.config
+
         def run(resid: Tensor, positions: Tensor, hooks: dict[str, Hook] | None = None) -> Tensor:
-            if resid.shape[:2] != suffix.shape:
-                raise ValueError(f"resid must be (batch, seq - prefix, d) = {tuple(suffix.shape)} + (d,), "
+            if resid.shape != (*suffix.shape, d_model):
+                raise ValueError(f"resid must be (batch, seq - prefix, d_model) = {(*suffix.shape, d_model)}, "
                                  f"got {tuple(resid.shape)}")
+            positions = check_positions(positions, len(tokens), tokens.shape[1], first=prefix)
+            self._check_names(hooks or {}, first_block=layer)  # blocks before `layer` do not run
             extra = self._register(hooks or {})
-            handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True)
+            # prepend: a user's hook on this block's resid_pre sees (and may patch) `resid`
+            handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True,
+                                                                 prepend=True)
             setattr(self._blocks_parent, self._blocks_attr, nn.ModuleList(all_blocks[layer:]))
+            # models that index per-layer attention types by position in the list (sliding windows)
+            layer_types = getattr(config, "layer_types", None)
+            if layer_types is not None:
+                config.layer_types = layer_types[layer:]
             try:
                 # a fresh copy each run: the skipped blocks' entries stay at the prefix, the others grow
                 kwargs = {"use_cache": True, self._cache_kwarg: copy.deepcopy(cache)} if cache is not None \
@@ -233,6 +251,8 @@ class HookedLM(nn.Module):
                 hidden = base(input_ids=suffix, position_ids=position_ids, **kwargs).last_hidden_state
             finally:
                 setattr(self._blocks_parent, self._blocks_attr, all_blocks)
+                if layer_types is not None:
+                    config.layer_types = layer_types
                 handle.remove()
                 for h in extra:
                     h.remove()

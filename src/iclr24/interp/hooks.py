@@ -23,10 +23,22 @@ from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_tensor
 
-__all__ = ["Hook", "HookPoint", "HookedTinyTransformer", "cache_only", "collect_activations", "hook_layer"]
+__all__ = ["Hook", "HookPoint", "HookedTinyTransformer", "cache_only", "check_positions", "collect_activations",
+           "hook_layer"]
 
 Hook = Callable[[Tensor], "Tensor | None"]
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+def check_positions(positions, batch: int, seq: int, *, first: int = 0) -> Tensor:
+    """``positions`` as a long tensor of one index in ``[first, seq)`` per prompt, or a clear error."""
+    positions = torch.as_tensor(positions)
+    if positions.shape != (batch,) or positions.is_floating_point():
+        raise ValueError(f"positions must hold one integer index per prompt, shape ({batch},), got "
+                         f"{tuple(positions.shape)} {positions.dtype}")
+    if batch and not (first <= int(positions.min()) and int(positions.max()) < seq):
+        raise ValueError(f"positions must lie in [{first}, {seq}), got {positions.tolist()[:8]}")
+    return positions.long()
 
 
 def hook_layer(name: str) -> int:
@@ -150,7 +162,7 @@ class HookedTinyTransformer(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         if positions is not None:
-            x = x[torch.arange(len(tokens)), positions]
+            x = x[torch.arange(len(tokens)), check_positions(positions, len(tokens), T)]
         return self.unembed(self.ln_final(x))
 
     def resume_from(self, tokens: Tensor, layer: int, *, prefix: int = 0):
@@ -173,11 +185,19 @@ class HookedTinyTransformer(nn.Module):
         head = head[:, :prefix]
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), 1)
 
+        d_model = self.embed.weight.shape[1]
+
         def run(resid: Tensor, positions: Tensor, hooks: dict[str, Hook] | None = None) -> Tensor:
+            if resid.shape != (len(tokens), T - prefix, d_model):
+                raise ValueError(f"resid must be (batch, seq - prefix, d_model) = {(len(tokens), T - prefix, d_model)}"
+                                 f", got {tuple(resid.shape)}")
+            positions = check_positions(positions, len(tokens), T, first=prefix)
             points = self.hook_points()
-            unknown = set(hooks or {}) - set(points)
+            runs = {name for name in points if name.startswith("blocks.") and hook_layer(name) >= layer}
+            unknown = set(hooks or {}) - runs
             if unknown:
-                raise ValueError(f"unknown hook names {sorted(unknown)}")
+                raise ValueError(f"unknown hook names {sorted(unknown)} (a re-run from block {layer} runs only the "
+                                 f"hooks of blocks >= {layer})")
             # hooks see the positions prefix: only, as with HookedLM's cached prefix
             wrapped = {name: _on_suffix(fn, prefix) for name, fn in (hooks or {}).items()}
             try:
@@ -242,7 +262,7 @@ def collect_activations(model, tokens: Tensor, hook: str, *, lengths: Tensor | N
     """
     check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
     n, T = tokens.shape
-    lengths = torch.full((n,), T) if lengths is None else lengths
+    lengths = torch.full((n,), T) if lengths is None else torch.as_tensor(lengths)
     if lengths.shape != (n,) or int(lengths.max()) > T or int(lengths.min()) < 1:
         raise ValueError(f"lengths must hold one length in [1, {T}] per prompt, got {lengths.tolist()[:8]}...")
     check_int("skip_first", skip_first, minimum=0)

@@ -162,17 +162,32 @@ class SparseAutoencoder(nn.Module):
         if missing:
             raise ValueError(f"{str(weights)!r} lacks {sorted(missing)}; expected a standard SAE's W_enc, W_dec, "
                              "b_enc, b_dec")
-        cfg = json.loads((folder / "cfg.json").read_text()) if (folder / "cfg.json").is_file() else {}
+        cfg = {}
+        if (folder / "cfg.json").is_file():
+            try:
+                cfg = json.loads((folder / "cfg.json").read_text())
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{str(folder / 'cfg.json')!r} is not valid JSON: {err}") from err
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{str(folder / 'cfg.json')!r} must hold a JSON object, got {type(cfg).__name__}")
+        W_enc, W_dec = tensors["W_enc"], tensors["W_dec"]
+        if W_enc.dim() != 2:
+            raise ValueError(f"W_enc must be [d_in, d_sae], got shape {tuple(W_enc.shape)}")
+        d_in, d_sae = W_enc.shape
+        for key, shape in (("W_dec", (d_sae, d_in)), ("b_enc", (d_sae,)), ("b_dec", (d_in,))):
+            if tuple(tensors[key].shape) != shape:
+                raise ValueError(f"{key} must have shape {list(shape)} to match W_enc [d_in={d_in}, d_sae={d_sae}], "
+                                 f"got {list(tensors[key].shape)}")
         architecture = cfg.get("architecture", "standard")
         if architecture != "standard":
             raise ValueError(f"cannot load a {architecture!r} SAE; SparseAutoencoder is SAELens's 'standard' one")
         if cfg.get("normalize_activations", "none") not in ("none", None, False):
             raise ValueError(f"cannot load an SAE with normalize_activations={cfg['normalize_activations']!r}; "
                              "only 'none' is supported")
-        ours = cfg.get("iclr24", {})
-        metadata = cfg.get("metadata", {})
-        W_enc, W_dec = tensors["W_enc"], tensors["W_dec"]
-        tied = bool(ours.get("tied", False))
+        ours = cfg.get("iclr24") or {}
+        metadata = cfg.get("metadata") or {}
+        # "tied" is trusted only when the stored weights are tied: the weights are used as stored
+        tied = bool(ours.get("tied", False)) and torch.allclose(W_enc, W_dec.T)
         sae = cls(W_enc.shape[0], W_enc.shape[1], tied=tied, l1_coefficient=ours.get("l1_coefficient", 0.0),
                   centring=tensors["b_dec"], normalize_decoder=bool(ours.get("normalize_decoder", False)),
                   normalize_encoder=bool(ours.get("normalize_encoder", False)),

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from iclr24.core.checks import check_tensor
 from iclr24.core.progress import progress
-from iclr24.interp import hook_layer
+from iclr24.interp import check_positions, hook_layer
 
 __all__ = ["KL_DIRECTIONS", "feature_patching_curve", "interpretability_scores"]
 
@@ -56,7 +56,11 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
     if counterfactual.shape != clean.shape:
         raise ValueError(f"counterfactual must have clean's shape {tuple(clean.shape)}, got "
                          f"{tuple(counterfactual.shape)}")
-    end = (clean != 0).sum(1) - 1 if end is None else end
+    if end is None:
+        if getattr(model, "tokenizer", None) is not None:  # a HookedLM pads with its own id, not 0
+            raise ValueError("end is required for a model with a tokenizer: pass end=lengths - 1")
+        end = (clean != 0).sum(1) - 1
+    end = check_positions(end, clean.shape[0], clean.shape[1])
     with torch.no_grad():
         _, cache_c = model.run_with_cache(clean, [hook], positions=end)
         cf_logits, cache_cf = model.run_with_cache(counterfactual, [hook], positions=end)
@@ -75,6 +79,8 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
         # hook re-runs only from its block and only from that position on.
         differs_at = (clean != counterfactual).any(0).nonzero()
         prefix = int(differs_at[0]) if len(differs_at) else 0
+        if int(end.min()) < prefix:
+            raise ValueError(f"end must not come before the first differing token ({prefix}), got {end.tolist()[:8]}")
         if hook.endswith("hook_resid_pre") and hasattr(model, "resume_from"):
             rerun, offset = model.resume_from(clean, hook_layer(hook), prefix=prefix), prefix
         else:

@@ -43,9 +43,10 @@ class DistributedAlignmentSearch(nn.Module):
         self.dim, self.k = check_int("dim", dim, minimum=1), check_int("k", k, minimum=1)
         if k > dim:
             raise ValueError(f"k must be <= dim={dim}, got {k}")
-        if seed is not None:
-            torch.manual_seed(seed)
-        self.rotation = orthogonal(nn.Linear(k, dim, bias=False))  # weight (dim, k), orthonormal columns
+        with torch.random.fork_rng():  # a seeded start without resetting the caller's random state
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.rotation = orthogonal(nn.Linear(k, dim, bias=False))  # weight (dim, k), orthonormal columns
 
     @property
     def basis(self) -> Tensor:
@@ -87,19 +88,34 @@ class PatchingPairs:
                              self.other[rows])
 
 
+def _check_pairs(pairs: PatchingPairs) -> None:
+    check_tensor("pairs.base", pairs.base, ndim=2, shape_doc="(n, seq)")
+    n, T = pairs.base.shape
+    if pairs.source.shape != (n, T):
+        raise ValueError(f"pairs.source must have pairs.base's shape {(n, T)}, got {tuple(pairs.source.shape)}")
+    for name in ("lengths", "answer", "other"):
+        value = getattr(pairs, name)
+        if not isinstance(value, Tensor) or value.shape != (n,) or value.is_floating_point():
+            raise ValueError(f"pairs.{name} must be an integer tensor of shape ({n},), got "
+                             f"{getattr(value, 'shape', type(value).__name__)}")
+    if n and not (1 <= int(pairs.lengths.min()) and int(pairs.lengths.max()) <= T):
+        raise ValueError(f"pairs.lengths must lie in [1, {T}], got {pairs.lengths.tolist()[:8]}")
+
+
 class EndPatcher:
     """Patches one hook at the END token of many base/source pairs, fast and differentiably.
 
-    Pairs are grouped by length; each group's prefix (everything before END) is run once and
-    cached (``resume_from``), so a patched run re-computes the END token only, from the hook's
-    block on. ``logit_diff(patch)`` applies ``patch(base_act, source_act)`` (``(n, d)`` at END)
-    and returns the logit difference per pair.
+    Pairs are grouped by length (a base and its source share one: the source is read at the
+    base's END); each group's prefix (everything before END) is run once and cached
+    (``resume_from``), so a patched run re-computes the END token only, from the hook's block on.
+    ``logit_diff(patch)`` applies ``patch(base_act, source_act)`` (``(n, d)`` at END) and returns
+    the logit difference per pair.
     """
 
     def __init__(self, model, hook: str, pairs: PatchingPairs, *, batch_size: int = 20) -> None:
-        check_tensor("pairs.base", pairs.base, ndim=2, shape_doc="(n, seq)")
-        if pairs.source.shape != pairs.base.shape:
-            raise ValueError("pairs.source must have pairs.base's shape")
+        _check_pairs(pairs)
+        if len(pairs) == 0:
+            raise ValueError("pairs is empty")
         self.model, self.hook, self.pairs = model, hook, pairs
         self.layer = hook_layer(hook)
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -161,7 +177,9 @@ class _Batch:
 
 def train_das(patcher: EndPatcher, k: int = 1, *, epochs: int = 30, lr: float = 0.01, seed: int = 0,
               ) -> DistributedAlignmentSearch:
-    """Fit a ``k``-dim DAS subspace at ``patcher``'s hook: Adam, lr decayed linearly to 0.1x."""
+    """Fit a ``k``-dim DAS subspace at ``patcher``'s hook: Adam, lr decayed linearly per epoch
+    toward 0.1x (``LinearLR`` over ``epochs``, as the authors' code: the last epoch runs at
+    ``1 - 0.9 (epochs - 1) / epochs``)."""
     check_int("epochs", epochs, minimum=1)
     das = DistributedAlignmentSearch(patcher.dim, k, seed=seed)
     opt = torch.optim.Adam(das.parameters(), lr=lr)

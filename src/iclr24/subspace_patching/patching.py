@@ -39,6 +39,7 @@ def patch_direction(base: Tensor, source: Tensor, v: Tensor) -> Tensor:
     check_tensor("v", v, ndim=1)
     if v.shape[0] != base.shape[-1]:
         raise ValueError(f"v must have {base.shape[-1]} entries (the activations' last dimension), got {v.shape[0]}")
+    v = v.to(base.dtype)
     norm2 = v.pow(2).sum()
     if not norm2 > 0:
         raise ValueError("v must be a non-zero direction")
@@ -54,7 +55,10 @@ def patch_subspace(base: Tensor, source: Tensor, basis: Tensor) -> Tensor:
     check_tensor("basis", basis, ndim=2, shape_doc="(d, k)")
     if basis.shape[0] != base.shape[-1]:
         raise ValueError(f"basis must be (d, k) with d={base.shape[-1]}, got {tuple(basis.shape)}")
-    q, r = torch.linalg.qr(basis)
+    if basis.shape[1] > basis.shape[0]:
+        raise ValueError(f"basis must have linearly independent columns: {basis.shape[1]} columns in "
+                         f"{basis.shape[0]} dimensions cannot be")
+    q, r = torch.linalg.qr(basis.to(base.dtype))
     tolerance = 10 * max(basis.shape) * torch.finfo(r.dtype).eps * r.diagonal().abs().max().clamp_min(1e-30)
     if bool((r.diagonal().abs() <= tolerance).any()):
         raise ValueError("basis must have linearly independent columns")
@@ -72,9 +76,11 @@ def rowspace_nullspace_split(v: Tensor, W_out: Tensor) -> tuple[Tensor, Tensor]:
     if W_out.shape[1] != v.shape[0]:
         raise ValueError(f"W_out must be (d_model, d_mlp) with d_mlp = len(v) = {v.shape[0]}, "
                          f"got {tuple(W_out.shape)}")
-    # the rowspace of W_out is the column space of W_out^T; an SVD handles rank deficiency
+    # the rowspace of W_out is the column space of W_out^T; an SVD handles rank deficiency, with the
+    # cut-off of W_out's own precision (a float32 matrix has float32 rounding in its small singular values)
     u, s, _ = torch.linalg.svd(W_out.T.double(), full_matrices=False)
-    q = u[:, s > s.max() * max(W_out.shape) * torch.finfo(torch.float64).eps]
+    eps = torch.finfo(W_out.dtype if W_out.is_floating_point() else torch.float64).eps
+    q = u[:, s > s.max() * max(W_out.shape) * eps]
     v_row = (q @ (q.T @ v.double())).to(v.dtype)
     return v_row, v - v_row
 
