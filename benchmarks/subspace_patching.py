@@ -29,7 +29,7 @@ from importlib.metadata import version
 import torch
 import torch.nn.functional as F
 
-from iclr24.interp import TEXT_NAMES, HookedLM
+from iclr24.interp import TEXT_NAMES, HookedLM, single_token_words
 from iclr24.subspace_patching import EndPatcher, fldd, interchange_accuracy, patch_direction, train_das
 from iclr24.subspace_patching.experiment import position_swap_pairs
 
@@ -86,7 +86,7 @@ def main(epochs: int = 10, n_train: int = 60, n_test: int = 60, batch_size: int 
          seed: int = 0) -> None:
     torch.set_num_threads(1)
     lm = HookedLM.from_llm()
-    names = [n for n in TEXT_NAMES if len(lm.tokenizer(" " + n, add_special_tokens=False)["input_ids"]) == 1]
+    names = single_token_words(TEXT_NAMES, lm.tokenizer)
     half = len(names) // 2
     train = position_swap_pairs(lm, n_train, (0, 1), names[:half], seed)
     test = position_swap_pairs(lm, n_test, (2, 3, 5), names[half:], seed + 1)

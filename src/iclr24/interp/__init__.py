@@ -34,6 +34,7 @@ from iclr24.interp.ioi import (
     ioi_prompts,
     logit_difference,
     prompt_lengths,
+    single_token_words,
     train_ioi_model,
 )
 from iclr24.interp.text import english_paragraphs
@@ -63,5 +64,6 @@ __all__ = [
     "logit_difference",
     "prompt_lengths",
     "random_llama",
+    "single_token_words",
     "train_ioi_model",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "ioi_prompts",
     "logit_difference",
     "prompt_lengths",
+    "single_token_words",
     "train_ioi_model",
 ]
 
@@ -89,6 +90,11 @@ class IOIPrompt:
                          self.template, "BAB" if self.order == "ABB" else "ABB", self.place, self.object)
 
 
+def single_token_words(words: Sequence[str], tokenizer) -> list[str]:
+    """The ``words`` that ``tokenizer`` encodes as one token after a space (as they appear mid-sentence)."""
+    return [w for w in words if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+
+
 def ioi_prompts(n: int, *, seed: int = 0, templates: Sequence[int] | None = None, names: Sequence[str] | None = None,
                 tokenizer=None, fixed_length: bool = False) -> list[IOIPrompt]:
     """``n`` random IOI prompts from ``TEXT_TEMPLATES[templates]`` and ``names``.
@@ -106,12 +112,9 @@ def ioi_prompts(n: int, *, seed: int = 0, templates: Sequence[int] | None = None
     names = list(TEXT_NAMES if names is None else names)
     places, objects = PLACES, OBJECTS
     if tokenizer is not None:
-        def one_token(words):
-            return [w for w in words if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1]
-
-        names = one_token(names)
+        names = single_token_words(names, tokenizer)
         if fixed_length:
-            places, objects = one_token(PLACES), one_token(OBJECTS)
+            places, objects = single_token_words(PLACES, tokenizer), single_token_words(OBJECTS, tokenizer)
             if not places or not objects:
                 raise ValueError("fixed_length needs single-token places and objects; this tokenizer has none")
     elif fixed_length:

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
-from iclr24.interp import TEXT_NAMES, ioi_batch, ioi_prompts  # noqa: E402
+from iclr24.interp import TEXT_NAMES, ioi_batch, ioi_prompts, single_token_words  # noqa: E402
 from iclr24.subspace_patching.das import EndPatcher, PatchingPairs, train_das  # noqa: E402
 from iclr24.subspace_patching.patching import (  # noqa: E402
     fldd,
@@ -93,7 +93,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
 
     # 2. IOI on a real LM
     lm = _load(cfg, ctx.seed)
-    names = [n for n in TEXT_NAMES if len(lm.tokenizer(" " + n, add_special_tokens=False)["input_ids"]) == 1]
+    names = single_token_words(TEXT_NAMES, lm.tokenizer)
     half = len(names) // 2
     train = position_swap_pairs(lm, cfg.train_pairs, cfg.train_templates, names[:half], ctx.seed)
     test = position_swap_pairs(lm, cfg.test_pairs, cfg.test_templates, names[half:], ctx.seed + 1)
