@@ -15,4 +15,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "eft",
     "orthogonal_classifier",
     "subspace_patching",
+    "lfr",
 )

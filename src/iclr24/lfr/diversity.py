@@ -1,0 +1,90 @@
+"""Choosing K diverse random projectors out of many candidates (Section 3.3 of the paper).
+
+Two projectors are similar when they arrange a batch alike: each candidate's in-batch cosine-similarity matrix is
+flattened and normalised, and the kernel between candidates is the cosine of those vectors. A determinantal point
+process prefers sets whose kernel submatrix has a large determinant, i.e. candidates that arrange the data
+differently; its MAP set is approximated greedily (Chen, Zhang & Zhou, NeurIPS 2018), as in the official code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DIVERSITY = ("dpp", "greedy", None)
+
+
+def projector_kernel(projectors: Sequence[nn.Module], sample: torch.Tensor, max_rows: int = 1000,
+                     block_rows: int = 128, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(N, N)`` cosine similarity between the candidates' in-batch similarity matrices on ``sample``."""
+    if len(sample) > max_rows:
+        sample = sample[torch.randperm(len(sample), generator=generator)[:max_rows]]
+    with torch.no_grad():
+        Z = torch.stack([F.normalize(projector(sample), dim=1) for projector in projectors])  # (N, n, d)
+        # <S_a, S_b> summed over blocks of rows of S = Z Z^T: never holds all N (n x n) matrices at once.
+        gram = torch.zeros(len(projectors), len(projectors), dtype=torch.float64)
+        for start in range(0, Z.shape[1], block_rows):
+            S = torch.einsum("aid,ajd->aij", Z[:, start:start + block_rows], Z).flatten(1)
+            gram += (S @ S.T).double()
+        norms = gram.diagonal().clamp_min(1e-300).sqrt()
+        return gram / norms[:, None] / norms[None, :]
+
+
+def greedy_dpp(kernel: torch.Tensor, k: int, eps: float = 1e-10) -> list[int]:
+    """Greedy MAP inference for a DPP with PSD ``kernel``: ``k`` indices, each maximising the determinant gain.
+
+    The gain of item j given the chosen set S is its squared residual after projecting onto S in the kernel's
+    feature space, d_j^2 = L_jj - |c_j|^2, updated by one Cholesky row a step. Once every gain is below ``eps``
+    (the kernel has rank < k) the remaining slots take the unchosen items in index order, so k distinct items
+    always come back.
+    """
+    n = kernel.shape[0]
+    if kernel.shape != (n, n):
+        raise ValueError(f"kernel must be square, got shape {tuple(kernel.shape)}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}] (the number of candidates), got {k}")
+    L = kernel.double()
+    gains = torch.diagonal(L).clone()
+    rows = torch.zeros(k, n, dtype=L.dtype)
+    chosen: list[int] = []
+    while len(chosen) < k:
+        j = int(torch.argmax(gains))
+        if gains[j] < eps:
+            break
+        chosen.append(j)
+        t = len(chosen) - 1
+        e = (L[j] - rows[:t].T @ rows[:t, j]) / gains[j].sqrt()
+        rows[t] = e
+        gains -= e ** 2
+        gains[chosen] = -torch.inf
+    chosen += [i for i in range(n) if i not in chosen][:k - len(chosen)]
+    return chosen
+
+
+def max_min_selection(kernel: torch.Tensor, k: int) -> list[int]:
+    """Farthest-point selection: start from item 0, then add the item least similar to its nearest chosen one."""
+    n = kernel.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, {n}] (the number of candidates), got {k}")
+    chosen = [0]
+    nearest = kernel[0].clone()
+    while len(chosen) < k:
+        nearest[chosen] = torch.inf
+        j = int(torch.argmin(nearest))
+        chosen.append(j)
+        nearest = torch.maximum(nearest, kernel[j])
+    return chosen
+
+
+def select_diverse(projectors: Sequence[nn.Module], k: int, sample: torch.Tensor, method: str | None = "dpp",
+                   generator: torch.Generator | None = None) -> list[int]:
+    """Indices of ``k`` of ``projectors``: by DPP, farthest-point ("greedy"), or the first ``k`` (``None``)."""
+    if method not in DIVERSITY:
+        raise ValueError(f"diversity must be one of {DIVERSITY}, got {method!r}")
+    if method is None:
+        return list(range(k))
+    kernel = projector_kernel(projectors, sample, generator=generator)
+    return greedy_dpp(kernel, k) if method == "dpp" else max_min_selection(kernel, k)

@@ -1,0 +1,139 @@
+"""The training API every self-supervised method here shares: ``loss(batch)``, ``fit(X)``, ``transform(X)``.
+
+A method trains in phases: each epoch runs every phase in turn, a phase being a set of parameters, an Adam
+optimiser over them, and how many passes over the data it makes. One phase over everything is the usual case;
+LFR alternates an encoder phase with predictor-only phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from iclr24.core import check_int
+
+
+@dataclass
+class Phase:
+    """Parameters trained together, for ``passes`` epochs in a row; ``encoder_frozen`` runs the encoder
+    in eval mode without gradients during the phase.
+
+    A phase whose loss depends on the data partly through fixed functions of it can give ``precompute`` (the
+    whole training set -> one row per input holding what the loss needs, computed once at the start of the
+    phase without gradients) and ``loss`` (a batch of those rows -> loss) instead of recomputing them every
+    pass.
+    """
+
+    name: str
+    parameters: list[nn.Parameter]
+    passes: int = 1
+    encoder_frozen: bool = False
+    precompute: Callable[[torch.Tensor], torch.Tensor] | None = None
+    loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+
+def minibatches(n: int, batch_size: int, generator: torch.Generator | None) -> Iterator[torch.Tensor]:
+    """Shuffled index batches covering ``range(n)``; a trailing batch of one row is dropped (batch-wise losses
+    compare rows with each other)."""
+    order = torch.randperm(n, generator=generator)
+    for start in range(0, n, batch_size):
+        batch = order[start:start + batch_size]
+        if len(batch) > 1:
+            yield batch
+
+
+class SelfSupervised(nn.Module):
+    """An ``encoder`` and a self-supervised objective. Subclasses define :meth:`loss` and, when they train
+    anything but all their parameters at once, :meth:`phases`."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        if not isinstance(encoder, nn.Module):
+            raise TypeError(f"encoder must be a torch.nn.Module, got {type(encoder).__name__}")
+        self.encoder = encoder
+        self.history_: list[dict[str, float]] = []
+        self._rng: torch.Generator | None = None
+        self._encoder_frozen = False
+
+    # -- what a method defines -------------------------------------------------------------------------
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def phases(self) -> list[Phase]:
+        return [Phase("all", [p for p in self.parameters() if p.requires_grad])]
+
+    def prepare(self, X: torch.Tensor) -> None:
+        """Called once at the start of :meth:`fit` with the training data (e.g. to choose projectors)."""
+
+    # -- shared ----------------------------------------------------------------------------------------
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder's output; without gradients while a phase has the encoder frozen."""
+        if self._encoder_frozen:
+            with torch.no_grad():
+                return self.encoder(x)
+        return self.encoder(x)
+
+    def fit(self, X: torch.Tensor, *, epochs: int = 100, batch_size: int = 128, lr: float = 1e-3,
+            weight_decay: float = 0.0, generator: torch.Generator | None = None,
+            callback: Callable[[int, dict[str, float]], None] | None = None) -> SelfSupervised:
+        """Train on the rows of ``X`` (no labels) with Adam (betas 0.9, 0.99, the official setting); returns self.
+
+        ``generator`` drives shuffling and any sampling the objective does; ``callback(epoch, losses)`` is
+        called after each epoch with the mean loss of each phase.
+        """
+        if not isinstance(X, torch.Tensor) or X.dim() < 2 or len(X) < 2:
+            raise ValueError(f"X must be a tensor of shape (n_samples >= 2, ...), got "
+                             f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
+        if not torch.isfinite(X).all():
+            raise ValueError("X contains NaN or infinite values")
+        check_int("epochs", epochs, minimum=0)
+        check_int("batch_size", batch_size, minimum=2)
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
+        self._rng = generator
+        self.train()
+        self.prepare(X)
+        phases = self.phases()
+        optimisers = [torch.optim.Adam(p.parameters, lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
+                      if p.parameters else None for p in phases]
+        for epoch in range(epochs):
+            losses = {}
+            for phase, optimiser in zip(phases, optimisers):
+                if optimiser is None:
+                    continue
+                self._encoder_frozen = phase.encoder_frozen
+                self.encoder.train(not phase.encoder_frozen)
+                total, count = 0.0, 0
+                rows, loss_of = X, self.loss
+                if phase.precompute is not None:
+                    with torch.no_grad():
+                        rows = phase.precompute(X)
+                    loss_of = phase.loss
+                for _ in range(phase.passes):
+                    for batch in minibatches(len(X), batch_size, generator):
+                        loss = loss_of(rows[batch])
+                        self.zero_grad(set_to_none=True)
+                        loss.backward()
+                        optimiser.step()
+                        total, count = total + loss.item(), count + 1
+                losses[phase.name] = total / max(count, 1)
+            self._encoder_frozen = False
+            self.encoder.train()
+            self.history_.append(losses)
+            if callback is not None:
+                callback(epoch, losses)
+        self.eval()
+        return self
+
+    @torch.no_grad()
+    def transform(self, X: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+        """Representations of the rows of ``X`` (encoder in eval mode, no gradients)."""
+        was_training = self.encoder.training
+        self.encoder.eval()
+        try:
+            return torch.cat([self.encoder(X[i:i + batch_size]) for i in range(0, len(X), batch_size)])
+        finally:
+            self.encoder.train(was_training)

@@ -1,0 +1,275 @@
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from iclr24.lfr import LFR, batch_barlow_loss, greedy_dpp, max_min_selection, projector_kernel, select_diverse
+from iclr24.lfr.networks import conv1d_encoder, conv1d_projector, conv2d_encoder, conv2d_projector, mlp_encoder
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    torch.set_num_threads(1)
+
+
+def make_lfr(d=5, **kwargs):
+    torch.manual_seed(0)
+    return LFR(mlp_encoder(d, dim=16, hidden=16), d, projector_dim=8, seed=0, **kwargs)
+
+
+# -- the loss (Eq. 3) ---------------------------------------------------------------------------------------
+def test_loss_is_zero_for_a_perfect_prediction_of_orthogonal_targets_at_any_scale():
+    target = torch.eye(4, 6)
+    assert batch_barlow_loss(target, target).item() == 0.0
+    assert batch_barlow_loss(3.0 * target, target).item() == pytest.approx(0.0, abs=1e-12)
+
+
+def test_loss_known_value():
+    prediction = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    target = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    # C = [[1, 1/sqrt2], [0, 1/sqrt2]]: on-diagonal (1/sqrt2 - 1)^2, off-diagonal lam * (1/2 + 0).
+    expected = (1 / math.sqrt(2) - 1) ** 2 + 0.3 * 0.5
+    assert batch_barlow_loss(prediction, target, lam=0.3).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_loss_is_positive_off_target_and_its_off_diagonal_term_scales_with_lam():
+    torch.manual_seed(0)
+    p, z = torch.randn(8, 5), torch.randn(8, 5)
+    a, b = batch_barlow_loss(p, z, lam=0.0), batch_barlow_loss(p, z, lam=1.0)
+    C = F.normalize(p, dim=1) @ F.normalize(z, dim=1).T
+    assert a.item() == pytest.approx(((C.diagonal() - 1) ** 2).sum().item(), rel=1e-5)
+    assert (b - a).item() == pytest.approx((C ** 2).sum().item() - (C.diagonal() ** 2).sum().item(), rel=1e-5)
+    assert a.item() > 0
+
+
+def test_loss_refuses_mismatched_shapes():
+    with pytest.raises(ValueError, match="prediction and target"):
+        batch_barlow_loss(torch.zeros(4, 3), torch.zeros(4, 2))
+
+
+# -- diversity (Section 3.3) ---------------------------------------------------------------------------------
+def brute_force_greedy(L, k):
+    chosen = []
+    for _ in range(k):
+        gains = {j: torch.linalg.det(L[chosen + [j]][:, chosen + [j]]).item() for j in range(len(L)) if j not in chosen}
+        chosen.append(max(gains, key=gains.get))
+    return chosen
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_dpp_equals_greedy_determinant_maximisation(seed):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(9, 12, generator=g, dtype=torch.float64)
+    L = A @ A.T
+    assert greedy_dpp(L, 5) == brute_force_greedy(L, 5)
+
+
+def test_diversity_prefers_dissimilar_candidates():
+    # 0, 1 and 2 are near copies of one direction; 3 and 4 point elsewhere.
+    V = torch.tensor([[1, 0, 0], [1, 0.01, 0], [1, 0, 0.01], [0, 1, 0], [0.1, 0.1, 1]], dtype=torch.float64)
+    V = F.normalize(V, dim=1)
+    L = V @ V.T
+    for select in (greedy_dpp, max_min_selection):
+        chosen = select(L, 3)
+        assert len(set(chosen)) == 3 and {3, 4} <= set(chosen), select.__name__
+
+
+def test_greedy_dpp_returns_k_distinct_items_from_a_rank_deficient_kernel():
+    L = torch.ones(6, 6, dtype=torch.float64)
+    chosen = greedy_dpp(L, 4)
+    assert len(chosen) == 4 and len(set(chosen)) == 4
+
+
+def test_selection_refuses_bad_k():
+    with pytest.raises(ValueError, match="k must be in"):
+        greedy_dpp(torch.eye(3), 4)
+    with pytest.raises(ValueError, match="k must be in"):
+        max_min_selection(torch.eye(3), 0)
+
+
+def test_projector_kernel_equals_the_direct_cosine_of_similarity_matrices():
+    torch.manual_seed(0)
+    projectors = [nn.Linear(4, 6) for _ in range(5)] + [None]
+    projectors[-1] = projectors[0]
+    x = torch.randn(37, 4)
+    K = projector_kernel(projectors, x, block_rows=8)
+    flat = []
+    for p in projectors:
+        z = F.normalize(p(x), dim=1)
+        flat.append((z @ z.T).flatten())
+    flat = F.normalize(torch.stack(flat).double(), dim=1)
+    torch.testing.assert_close(K, flat @ flat.T, atol=1e-6, rtol=1e-6)
+    assert K[0, 5].item() == pytest.approx(1.0)
+
+
+# -- the model -----------------------------------------------------------------------------------------------
+def test_candidates_and_selection():
+    model = make_lfr(n_projectors=3, n_candidates=12)
+    assert model.selected_ == [] and len(model.projectors) == 0
+    with pytest.raises(RuntimeError, match="choose the projectors first"):
+        model.loss(torch.randn(4, 5))
+    chosen = model.select_projectors(torch.randn(50, 5))
+    assert len(chosen) == 3 and len(set(chosen)) == 3 and all(0 <= i < 12 for i in chosen)
+    assert len(model.projectors) == 3 and model.selected_ == chosen
+    with pytest.raises(RuntimeError, match="already chosen"):
+        model.select_projectors(torch.randn(50, 5))
+
+
+def test_no_diversity_keeps_the_first_k_candidates_and_default_candidate_counts():
+    assert make_lfr(n_projectors=3, diversity=None).selected_ == [0, 1, 2]
+    assert make_lfr(n_projectors=3).n_candidates == 30
+    assert make_lfr(n_projectors=3, diversity=None).n_candidates == 3
+
+
+def test_projectors_are_frozen_and_the_encoder_and_heads_train():
+    model = make_lfr(n_projectors=2, n_candidates=4)
+    X = torch.randn(64, 5)
+    model.select_projectors(X)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert not any(p.requires_grad for p in model.projectors.parameters())
+    model.fit(X, epochs=3, batch_size=16, lr=1e-2, generator=torch.Generator().manual_seed(0))
+    after = model.state_dict()
+    for name, value in before.items():
+        changed = not torch.equal(value, after[name])
+        assert changed == (not name.startswith("projectors")), name
+    model.train()
+    assert all(not m.training for m in model.projectors.modules())
+    assert model.history_[0].keys() == {"encoder", "predictors"}
+
+
+def test_predictor_phase_leaves_the_encoder_without_gradients_and_encoder_phase_steps_only_the_encoder():
+    model = make_lfr(n_projectors=2, diversity=None)
+    phases = model.phases()
+    assert [p.name for p in phases] == ["encoder", "predictors"]
+    assert {id(p) for p in phases[0].parameters} == {id(p) for p in model.encoder.parameters()}
+    assert {id(p) for p in phases[1].parameters} == {id(p) for p in model.predictors.parameters()}
+    assert phases[1].encoder_frozen and not phases[0].encoder_frozen
+    model._encoder_frozen = True
+    model.loss(torch.randn(8, 5)).backward()
+    assert all(p.grad is None for p in model.encoder.parameters())
+    assert all(p.grad is not None for p in model.predictors.parameters())
+
+
+def test_without_predictor_epochs_the_heads_stay_at_initialisation():
+    model = make_lfr(n_projectors=2, diversity=None, pred_epochs=0)
+    heads = [p.clone() for p in model.predictors.parameters()]
+    model.fit(torch.randn(40, 5), epochs=2, batch_size=8, generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(heads, model.predictors.parameters()))
+    assert model.history_[0].keys() == {"encoder"}
+
+
+def test_training_lowers_the_loss():
+    torch.manual_seed(0)
+    X = torch.randn(256, 8) @ torch.randn(8, 8)
+    model = LFR(mlp_encoder(8, dim=32, hidden=32), 8, projector_dim=16, n_projectors=3, seed=0)
+    model.fit(X, epochs=15, batch_size=64, lr=3e-3, generator=torch.Generator().manual_seed(0))
+    curve = [h["encoder"] for h in model.history_]
+    assert curve[-1] < 0.7 * curve[0]
+
+
+def test_seed_fixes_projectors_heads_and_selection_without_touching_the_global_rng():
+    torch.manual_seed(5)
+    encoder = nn.Linear(5, 4)
+    state = torch.random.get_rng_state()
+    a = LFR(encoder, 5, projector_dim=8, n_projectors=2, n_candidates=6, seed=3)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    b = LFR(nn.Linear(5, 4), 5, projector_dim=8, n_projectors=2, n_candidates=6, seed=3)
+    X = torch.randn(30, 5)
+    assert a.select_projectors(X) == b.select_projectors(X)
+    for p, q in zip(itertools.chain(a.projectors.parameters(), a.predictors.parameters()),
+                    itertools.chain(b.projectors.parameters(), b.predictors.parameters())):
+        assert torch.equal(p, q)
+
+
+def test_fit_is_deterministic():
+    X = torch.randn(40, 5)
+    outs = []
+    for _ in range(2):
+        model = make_lfr(n_projectors=2, n_candidates=4)
+        model.fit(X, epochs=2, batch_size=8, generator=torch.Generator().manual_seed(1))
+        outs.append(model.transform(X))
+    assert torch.equal(*outs)
+
+
+@pytest.mark.parametrize("encoder, projector, shape", [
+    (lambda: conv1d_encoder(2, 32, dim=12), conv1d_projector(2, 32, dim=8), (2, 32)),
+    (lambda: conv2d_encoder(1, dim=12), conv2d_projector(1, 10, dim=8), (1, 10, 10)),
+])
+def test_any_encoder_and_projector_family(encoder, projector, shape):
+    torch.manual_seed(0)
+    model = LFR(encoder(), shape, projector=projector, projector_dim=8, n_projectors=2, n_candidates=4, seed=0)
+    X = torch.randn(20, *shape)
+    model.fit(X, epochs=1, batch_size=10, generator=torch.Generator().manual_seed(0))
+    assert model.transform(X).shape == (20, 12)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="diversity must be one of"):
+        make_lfr(diversity="random")
+    with pytest.raises(ValueError, match="n_candidates must be >= 6"):
+        make_lfr(n_candidates=3)
+    with pytest.raises(ValueError, match="lam must be >= 0"):
+        make_lfr(lam=-1.0)
+    with pytest.raises(ValueError, match="expected projector_dim=8"):
+        make_lfr(projector=lambda: nn.Linear(5, 3))
+    with pytest.raises(ValueError, match=r"X rows must have shape \(5,\)"):
+        make_lfr(diversity=None).fit(torch.randn(10, 4), epochs=1)
+    with pytest.raises(ValueError, match="NaN"):
+        make_lfr(diversity=None).fit(torch.full((10, 5), float("nan")), epochs=1)
+    with pytest.raises(ValueError, match="batch_size must be >= 2"):
+        make_lfr(diversity=None).fit(torch.randn(10, 5), batch_size=1)
+    with pytest.raises(TypeError, match="encoder must be a torch.nn.Module"):
+        LFR("mlp", 5)
+
+
+def test_the_cached_predictor_phase_loss_equals_the_live_loss():
+    model = make_lfr(n_projectors=3, diversity=None)
+    x = torch.randn(16, 5)
+    model.eval()
+    model._encoder_frozen = True
+    live = model.loss(x)
+    cached = model._predictor_loss(model._features_and_targets(x))
+    torch.testing.assert_close(live, cached)
+
+
+def test_cached_targets_train_exactly_as_the_live_loss():
+    X = torch.randn(60, 5)
+    outs = []
+    for cache in (True, False):
+        model = make_lfr(n_projectors=3, n_candidates=6, cache_targets=cache)
+        model.fit(X, epochs=3, batch_size=16, lr=1e-2, generator=torch.Generator().manual_seed(0))
+        outs.append((model.transform(X), model.history_))
+        assert model._targets is None  # the cache is dropped after fit
+    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-4)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        assert a == pytest.approx(b, rel=1e-5)
+    live = make_lfr(n_projectors=3, n_candidates=6)
+    live.select_projectors(X)
+    live._targets, live._targets_of = live._project(X), X
+    rows = live._inputs_and_targets(X)
+    torch.testing.assert_close(live._encoder_loss(rows[:16]), live.loss(X[:16]))
+
+
+def test_select_diverse_skips_duplicate_projectors():
+    torch.manual_seed(0)
+    twin = nn.Linear(4, 6)
+    projectors = [twin, twin, twin, nn.Linear(4, 6), nn.Linear(4, 6)]
+    x = torch.randn(50, 4)
+    assert select_diverse(projectors, 3, x, None) == [0, 1, 2]
+    for method in ("dpp", "greedy"):
+        chosen = select_diverse(projectors, 3, x, method)
+        assert {3, 4} <= set(chosen) and len(set(chosen) & {0, 1, 2}) == 1, method
+    with pytest.raises(ValueError, match="diversity must be one of"):
+        select_diverse(projectors, 3, x, "random")
+
+
+def test_lfr_selects_the_dpp_map_of_its_candidates():
+    model = make_lfr(n_projectors=3, n_candidates=9)
+    candidates = list(model._candidates)
+    X = torch.randn(80, 5)
+    expected = greedy_dpp(projector_kernel(candidates, X), 3)
+    assert model.select_projectors(X) == expected
+    assert all(p is candidates[i] for p, i in zip(model.projectors, expected))
