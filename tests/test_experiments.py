@@ -28,3 +28,24 @@ def test_every_method_package_registers_its_experiment():
     from iclr24.core.methods import METHOD_PACKAGES
 
     assert sorted(NAMES) == sorted(METHOD_PACKAGES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_refuses_nonsense_counts_and_empty_lists_before_running(name):
+    import dataclasses
+
+    exp = get_experiment(name)
+    cfg = exp.config("smoke")
+    negative_ok = set(getattr(cfg, "allow_negative", ()))
+    empty_ok = set(getattr(cfg, "allow_empty", ()))
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if isinstance(value, int) and not isinstance(value, bool) and field.name not in negative_ok:
+            with pytest.raises(ValueError, match=field.name):
+                exp.config("smoke", [f"{field.name}=-1"])
+        if isinstance(value, float) and field.name not in negative_ok:
+            with pytest.raises(ValueError, match=field.name):
+                exp.config("smoke", [f"{field.name}=-1.5"])
+        if isinstance(value, tuple) and field.name not in empty_ok:
+            with pytest.raises(ValueError, match=field.name):
+                exp.config("smoke", [f"{field.name}="])

@@ -36,6 +36,18 @@ def _user_error(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _check_writable_folder(option: str, path: Path) -> None:
+    """A folder that exists (or can be made) and can be written, or a user error naming ``option``."""
+    if path.exists() and not path.is_dir():
+        raise _user_error(f"{option} {str(path)!r} is a file; give a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _user_error(f"{option} {str(path)!r} cannot be created: {err.strerror or err}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _user_error(f"{option} {str(path)!r} is not writable")
+
+
 def _resolve(name: str) -> list[Experiment]:
     if name == "all":
         return list_experiments()
@@ -85,13 +97,15 @@ def run_command(
 ) -> None:
     """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
     if llm is not None:
-        from iclr24.llm.base import BACKENDS
+        from iclr24.llm.base import check_model_spec
 
-        backend = llm.partition(":")[0]
-        if backend not in BACKENDS or backend == "scripted":
-            raise _user_error(f"unknown --llm {llm!r}; expected embedded, hf:FOLDER, llamacpp[:GGUF] or "
-                              f"openai:MODEL")
+        try:
+            check_model_spec(llm)
+        except ValueError as err:
+            raise _user_error(f"--llm: {err}") from None
         os.environ["ICLR24_LLM"] = llm
+    if not 0 <= seed < 2**63:
+        raise _user_error(f"--seed must be in [0, 2**63), got {seed}")
     experiments = _resolve(name)
     overrides = overrides or []
     if preset not in PRESETS:
@@ -103,11 +117,18 @@ def run_command(
             exp.config(preset, overrides)
         except (TypeError, ValueError) as err:
             raise _user_error(str(err)) from None
+    _check_writable_folder("--out", out)
+    if report:
+        _check_writable_folder("--report-dir", report_dir)
 
     failed = []
     for exp in experiments:
-        record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet,
-                                threads=threads)
+        try:
+            record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet,
+                                    threads=threads)
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
+            err_console.print(f"{exp.name}: interrupted ({err or 'Ctrl-C'}); no result written")
+            raise typer.Exit(130) from None
         _print_record(record)
         if not record.ok:
             failed.append(record)

@@ -29,17 +29,55 @@ def test_list_shows_registered_methods(toys, tmp_path):
         (("show", "toy"), "error: no run of 'toy'"),
         (("report", "--runs", "missing-folder"), "error: no runs folder"),
         (("run", "toy", "--llm", "gpt5"),
-         "error: unknown --llm 'gpt5'; expected embedded, hf:FOLDER, llamacpp[:GGUF] or openai:MODEL"),
-        (("run", "toy", "--llm", "scripted:abc"), "error: unknown --llm 'scripted:abc'"),
+         "error: --llm: unknown language model 'gpt5'; expected embedded[:NAME], hf:FOLDER, llamacpp[:GGUF] or "
+         "openai:MODEL"),
+        (("run", "toy", "--llm", "scripted:abc"), "error: --llm: unknown language model 'scripted:abc'"),
+        (("run", "toy", "--llm", "openai"), "error: --llm: 'openai' names no model"),
+        (("run", "toy", "--llm", "hf:/nonexistent"), "error: --llm: 'hf:/nonexistent': hf needs an existing"),
+        (("run", "toy", "--llm", "embedded:x"), "error: --llm: 'embedded:x': unknown embedded model 'x'"),
+        (("run", "toy", "--llm", "llamacpp:/no/file.gguf"), "error: --llm: 'llamacpp:/no/file.gguf': no GGUF"),
+        (("run", "toy", "--seed", "-1"), "error: --seed must be in [0, 2**63), got -1"),
+        (("run", "toy", "--seed", str(2**63)), "error: --seed must be in [0, 2**63)"),
+        (("run", "toy", "--set", "n=0"), "error: invalid experiment 'toy' after overrides"),
+        (("run", "toy", "--set", "sizes="), "error: experiment 'toy': sizes must not be empty"),
+        (("run", "toy", "--out", "a_file"), "error: --out 'a_file' is a file; give a folder"),
+        (("run", "toy", "--report-dir", "a_file"), "error: --report-dir 'a_file' is a file; give a folder"),
     ],
 )
 def test_user_errors_print_one_line_and_exit_2(toys, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ICLR24_OPENAI_MODEL", raising=False)
+    (tmp_path / "a_file").write_text("not a folder")
     result = invoke(*args)
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert not (tmp_path / "runs" / "toy").exists()
+
+
+def test_a_read_only_out_folder_is_a_user_error(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "locked").mkdir(mode=0o500)
+    real_access = cli.os.access
+
+    def access(path, mode):  # as a non-root user sees a 0o500 folder (root may write anywhere)
+        return False if str(path).endswith("locked") and mode & cli.os.W_OK else real_access(path, mode)
+
+    monkeypatch.setattr(cli.os, "access", access)
+    result = invoke("run", "toy", "--out", "locked")
+    assert result.exit_code == 2 and "error: --out 'locked' is not writable" in result.output
+
+
+def test_a_damaged_latest_result_does_not_break_show_or_list(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report").exit_code == 0
+    damaged = tmp_path / "runs" / "toy" / "29990101T000000Z"
+    damaged.mkdir()
+    (damaged / "result.json").write_text("{truncated")
+    for args in (("show", "toy"), ("list",), ("report",)):
+        with pytest.warns(UserWarning, match="cannot read run result"):
+            result = invoke(*args)
+        assert result.exit_code == 0, (args, result.output)
 
 
 def test_run_show_and_report(toys, tmp_path, monkeypatch):

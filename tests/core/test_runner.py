@@ -87,3 +87,109 @@ def test_run_restores_global_settings(toys, tmp_path):
     assert torch.are_deterministic_algorithms_enabled() == before
     assert set_quiet(False) is False
     assert math.isfinite(latest_run(tmp_path, "toy").result["metrics"]["mean"])
+
+
+def test_sigterm_is_handled_like_ctrl_c(toys, tmp_path):
+    import signal
+
+    from iclr24.core.runner import RunInterrupted
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunInterrupted, match="signal"):
+        run("toy_terminated", preset="smoke", runs_dir=tmp_path, quiet=True)
+    assert list((tmp_path / "toy_terminated").iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_run_that_measures_nothing_fails(toys, tmp_path):
+    record = run("toy_empty", preset="smoke", runs_dir=tmp_path, quiet=True)
+    assert not record.ok and "measured nothing" in record.result["error"]
+
+
+def test_seed_must_fit_the_generators(toys, tmp_path):
+    for seed in (-1, 2**63):
+        with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63\)"):
+            run("toy", seed=seed, runs_dir=tmp_path)
+
+
+def test_a_name_clash_takes_the_next_free_name_and_keeps_both(tmp_path):
+    from iclr24.core.runner import _publish
+
+    (tmp_path / "20260101T000000Z").mkdir()
+    (tmp_path / "20260101T000000Z" / "result.json").write_text("{}")
+    tmp = tmp_path / ".tmp-x-1"
+    tmp.mkdir()
+    (tmp / "result.json").write_text('{"name": "second"}')
+    final = _publish(tmp, tmp_path, "20260101T000000Z")
+    assert final.name == "20260101T000000Z-2" and (final / "result.json").read_text() == '{"name": "second"}'
+    assert (tmp_path / "20260101T000000Z" / "result.json").read_text() == "{}" and not tmp.exists()
+
+
+def test_a_finished_run_that_cannot_be_renamed_is_kept(toys, tmp_path, monkeypatch):
+    import os
+
+    real_replace = os.replace
+
+    def refuse(src, dst):  # only the final rename of the run folder fails
+        if os.path.isdir(src):
+            raise OSError(39, "Directory not empty")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(RuntimeError, match="it is kept at .*tmp-"):
+        run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
+    monkeypatch.undo()
+    kept = [p for p in (tmp_path / "toy").iterdir()]
+    assert len(kept) == 1 and kept[0].name.startswith(".tmp-") and (kept[0] / "result.json").is_file()
+    # the next run in the same place publishes it once its process is gone (here: a dead pid in its name)
+    dead = kept[0].with_name(kept[0].name.rsplit("-", 1)[0] + "-999999999")
+    kept[0].rename(dead)
+    run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
+    published = [p for p in (tmp_path / "toy").iterdir() if not p.name.startswith(".")]
+    assert len(published) == 2 and all((p / "result.json").is_file() for p in published)
+
+
+def test_stale_temporary_folders_of_dead_processes_are_swept(toys, tmp_path):
+    import os
+
+    parent = tmp_path / "toy"
+    parent.mkdir()
+    stale = parent / ".tmp-20260101T000000000000-999999999"
+    stale.mkdir()
+    (stale / "log.txt").write_text("died")
+    alive = parent / f".tmp-20260101T000000000000-{os.getppid()}"
+    alive.mkdir()
+    run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
+    assert not stale.exists() and alive.exists()
+
+
+def test_concurrent_runs_finishing_together_lose_nothing(toys, tmp_path):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for trial in range(3):
+        out = tmp_path / f"trial{trial}"
+        procs = [ctx.Process(target=_run_toy, args=(out, seed)) for seed in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert all(p.exitcode == 0 for p in procs)
+        finished = [d for d in (out / "toy").iterdir() if not d.name.startswith(".")]
+        seeds = sorted(json.loads((d / "result.json").read_text())["seed"] for d in finished)
+        assert seeds == list(range(6))
+
+
+def _run_toy(out, seed):
+    run("toy", preset="smoke", seed=seed, runs_dir=out, quiet=True)
+
+
+def test_a_damaged_result_is_skipped_with_a_warning(toys, tmp_path):
+    older = run("toy", preset="smoke", seed=1, runs_dir=tmp_path, quiet=True)
+    newer = tmp_path / "toy" / "29990101T000000Z"
+    newer.mkdir()
+    (newer / "result.json").write_text("{not json")
+    with pytest.warns(UserWarning, match="cannot read run result .*29990101T000000Z"):
+        assert latest_run(tmp_path, "toy").run_dir == older.run_dir
+    with pytest.raises(ValueError, match="cannot read run result"):
+        load_run(newer)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -61,9 +64,19 @@ def register_toys():
     def interrupted(cfg, ctx):
         raise KeyboardInterrupt
 
+    @experiment(name="toy_terminated", paper="Terminated Toy (ICLR 2024)", presets=PRESETS)
+    def terminated(cfg, ctx):
+        ctx.path("partial.txt").write_text("half done")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+
+    @experiment(name="toy_empty", paper="Empty Toy (ICLR 2024)", presets=PRESETS, claims=["holds over nothing"])
+    def empty(cfg, ctx):
+        return Result(metrics={}, claims=[Claim("holds over nothing", paper="-", measured="nothing", holds=True)])
+
     return toy
 
 
 def unregister_toys():
-    for name in ("toy", "toy_forgetful", "toy_interrupted"):
+    for name in ("toy", "toy_forgetful", "toy_interrupted", "toy_terminated", "toy_empty"):
         _REGISTRY.pop(name, None)

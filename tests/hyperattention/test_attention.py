@@ -283,3 +283,20 @@ def test_patch_sdpa_routes_long_sequences_and_restores():
     assert not torch.allclose(approx, exact)
     torch.testing.assert_close(approx[..., :64, :], exact[..., :64, :])  # causal leaves are exact
     torch.testing.assert_close(short, exact[..., :64, :])
+
+
+def test_scale_causal_and_empty_queries_are_checked():
+    import numpy as np
+
+    q = torch.randn(1, 1, 16, 8)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        hyper_attention(q, q, q, scale=float("nan"))
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        hyper_attention(q, q, q, scale=-0.5)
+    with pytest.raises(TypeError, match="causal must be True or False, got 'no'"):
+        hyper_attention(q, q, q, causal="no")
+    with pytest.raises(ValueError, match="at least one query, got n_q=0"):
+        hyper_attention(q[:, :, :0], q, q)
+    a, _ = hyper_attention(q, q, q, scale=np.float32(0.25))
+    b, _ = hyper_attention(q, q, q, scale=0.25)
+    torch.testing.assert_close(a, b)

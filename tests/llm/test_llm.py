@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 import torch
@@ -358,3 +359,96 @@ def test_llamacpp_json_schema_constrains_the_output(llamacpp):
     out = llamacpp.generate([{"role": "user", "content": "What is 2 + 2? Reply in JSON."}], max_tokens=32,
                             json_schema=schema)[0]
     assert isinstance(json.loads(out.text)["answer"], int)
+
+
+# --- faults: the server answers, but not with a valid completion -------------------------------------------------
+
+
+class _Faulty(JSONHandler):
+    """Answers every POST with ``reply`` (a dict sent as JSON, or raw bytes), ``content_type`` and ``trickle``."""
+
+    reply: object = {}
+    content_type = "application/json"
+    trickle = 0.0
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps(_Faulty.reply).encode() if isinstance(_Faulty.reply, dict) else _Faulty.reply
+        self.send_response(200)
+        self.send_header("Content-Type", _Faulty.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        for byte in range(len(data)):
+            self.wfile.write(data[byte:byte + 1])
+            self.wfile.flush()
+            time.sleep(_Faulty.trickle)
+
+
+def _completion(choices, usage=None):
+    return {"id": "x", "object": "text_completion", "created": 0, "model": "m", "choices": choices,
+            **({"usage": usage} if usage is not False else {})}
+
+
+def _text_choice(text="ok", logprobs=None):
+    return {"index": 0, "text": text, "finish_reason": "stop", "logprobs": logprobs}
+
+
+@pytest.fixture
+def faulty():
+    _Faulty.reply, _Faulty.content_type, _Faulty.trickle = {}, "application/json", 0.0
+    with serving(_Faulty) as url:
+        yield url
+
+
+@pytest.mark.parametrize("reply, message", [
+    (_completion([]), "0 choices for n=1"),
+    (_completion([_text_choice(None)]), "a choice without text"),
+    (_completion([_text_choice(42)]), "a choice whose text is a int"),
+    (_completion([_text_choice(), _text_choice()]), "2 choices for n=1"),
+    (_completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [float("nan")]})]), "finite and <= 0"),
+    (_completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [0.7]})]), "finite and <= 0"),
+    (_completion([_text_choice(logprobs={"tokens": ["a", "b"], "token_logprobs": [-1.0]})]),
+     "2 tokens with 1 log-probabilities"),
+    (b"{not json", "not a completion|invalid response"),
+    (b"<html><body>Bad gateway</body></html>", "not a completion|invalid response"),
+    (json.dumps(_completion([_text_choice()]))[:25].encode(), "not a completion|invalid response"),
+])
+def test_openai_backend_refuses_invalid_responses_naming_the_server(faulty, reply, message):
+    _Faulty.reply = reply
+    if isinstance(reply, bytes) and reply.startswith(b"<html"):
+        _Faulty.content_type = "text/html"
+    from iclr24.llm.openai_backend import ResponseError
+
+    model = get_model("openai", model="m", base_url=faulty, max_retries=0, timeout=5)
+    with pytest.raises(ResponseError, match=message) as info:
+        model.generate("x", logprobs=True)
+    assert faulty.rsplit("/v1", 1)[0] in str(info.value)
+
+
+def test_openai_backend_keeps_a_valid_completion_without_usage(faulty):
+    _Faulty.reply = _completion([_text_choice("fine")], usage=None)
+    completion, = get_model("openai", model="m", base_url=faulty, max_retries=0).generate("x")
+    assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == ("fine", 0, 0)
+
+
+def test_openai_backend_top_logprobs_are_checked(faulty):
+    _Faulty.reply = _completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [-0.1],
+                                                        "top_logprobs": [{"a": -0.1, "b": 3.0}]})])
+    from iclr24.llm.openai_backend import ResponseError
+
+    with pytest.raises(ResponseError, match="finite and <= 0"):
+        get_model("openai", model="m", base_url=faulty, max_retries=0).next_token_top_logprobs("x", k=2)
+    _Faulty.reply["choices"][0]["logprobs"]["top_logprobs"] = [{"a": -0.1, "b": -1.0, "c": -2.0}]
+    with pytest.raises(ResponseError, match="3 top logprobs for k=2"):
+        get_model("openai", model="m", base_url=faulty, max_retries=0).next_token_top_logprobs("x", k=2)
+
+
+def test_openai_backend_has_a_total_deadline_for_a_trickled_body(faulty):
+    _Faulty.reply, _Faulty.trickle = _completion([_text_choice("slow")]), 0.05  # ~6 s for the whole body
+    model = get_model("openai", model="m", base_url=faulty, max_retries=0, timeout=1, deadline=1.5)
+    start = time.perf_counter()
+    with pytest.raises(TimeoutError, match="within the 1.5 s deadline"):
+        model.generate("x")
+    assert time.perf_counter() - start < 3
+    with pytest.raises(ValueError, match="deadline must be a positive"):
+        get_model("openai", model="m", base_url=faulty, deadline=0)

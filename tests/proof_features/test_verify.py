@@ -126,7 +126,7 @@ def test_verified_is_all_margins_positive():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"eps": 0.0}, "eps must be a positive number, got 0.0"),
+        ({"eps": 0.0}, "eps must be > 0, got 0"),
         ({"label": 10}, r"label must be an int in \[0, 2\], got 10"),
         ({"method": "deeppoly"}, "unknown method 'deeppoly'"),
     ],
@@ -184,3 +184,26 @@ def test_crown_equals_its_written_out_form_on_one_hidden_layer(seed):
     result = verify(net, x, eps, label, "crown")
     reference = crown_one_hidden_layer(W1, b1, W2, b2, x - eps, x + eps, label)
     torch.testing.assert_close(result.lower_bounds, reference, rtol=0, atol=1e-12)
+
+
+def test_clip_eps_label_and_input_shape_at_the_boundary():
+    import numpy as np
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    x = torch.rand(4)
+    label = int(model(x).argmax())
+    base = verify(model, x, 0.01, label)
+    for eps, lab in ((np.float32(0.01), np.int64(label)), (torch.tensor(0.01), torch.tensor(label))):
+        assert verify(model, x, eps, lab).lower_bounds.tolist() == pytest.approx(base.lower_bounds.tolist())
+    with pytest.raises(ValueError, match="eps must be finite"):
+        verify(model, x, float("inf"), label)
+    with pytest.raises(ValueError, match="clip must have low < high"):
+        verify(model, x, 0.01, label, clip=(1, 0))
+    with pytest.raises(ValueError, match=r"x lies outside clip=\(2, 3\)"):
+        verify(model, x, 0.01, label, clip=(2, 3))
+    with pytest.raises(ValueError, match="label must be an int"):
+        verify(model, x, 0.01, 1.5)
+    with pytest.raises(ValueError, match="in_features=4 receives inputs of shape"):
+        as_affine_net(model, (5,))

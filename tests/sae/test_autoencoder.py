@@ -234,3 +234,15 @@ def test_load_refuses_mismatched_shapes_and_bad_cfg(tmp_path):
         SparseAutoencoder.load(folder)
     (folder / "cfg.json").write_text(json.dumps({"iclr24": {"tied": True}, "metadata": None}))
     assert SparseAutoencoder.load(folder).tied is False  # stored weights are untied: used as stored
+
+
+def test_training_config_and_activations_are_checked():
+    from iclr24.sae import SAETrainingConfig, train_sae
+
+    for kwargs, message in (({"steps": 0}, "steps must be >= 1"), ({"batch_size": 0}, "batch_size must be >= 1"),
+                            ({"resample_dead_every": -1}, "resample_dead_every must be >= 0"),
+                            ({"lr": float("nan")}, "lr must be finite")):
+        with pytest.raises(ValueError, match=message):
+            SAETrainingConfig(**kwargs)
+    with pytest.raises(ValueError, match="at least one row"):
+        train_sae(torch.zeros(0, 4), SAETrainingConfig(steps=1))

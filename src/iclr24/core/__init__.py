@@ -1,6 +1,6 @@
 """What every method shares: the experiment contract, the runner, the report, progress, checks."""
 
-from iclr24.core.checks import check_finite, check_int, check_tensor
+from iclr24.core.checks import check_finite, check_int, check_number, check_tensor
 from iclr24.core.experiment import (
     PRESETS,
     Claim,
@@ -26,6 +26,7 @@ __all__ = [
     "apply_overrides",
     "check_finite",
     "check_int",
+    "check_number",
     "check_tensor",
     "experiment",
     "fit_power_law",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Collection
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["check_finite", "check_int", "check_tensor"]
+__all__ = ["check_finite", "check_int", "check_number", "check_tensor"]
 
 
 def check_int(
@@ -20,6 +23,25 @@ def check_int(
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if power_of_two and (value < 1 or value & (value - 1)):
         raise ValueError(f"{name} must be a power of two, got {value}")
+    return value
+
+
+def check_number(name: str, value: Any, *, minimum: float | None = None, exclusive: bool = False,
+                 maximum: float | None = None) -> float:
+    """``value`` (a Python, numpy or 0-d tensor real number) as a finite float within the bounds, or a
+    TypeError/ValueError naming ``name``."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex \
+            and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise ValueError(f"{name} must be {'>' if exclusive else '>='} {minimum:g}, got {value:g}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum:g}, got {value:g}")
     return value
 
 

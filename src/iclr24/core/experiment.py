@@ -343,9 +343,48 @@ def apply_overrides(cfg: Any, overrides: Sequence[str] | Mapping[str, Any], *, w
         except (TypeError, ValueError) as err:
             raise ValueError(f"bad value for {key!r} in {where}: {value!r} ({err})") from None
     try:
-        return dataclasses.replace(cfg, **changes)
+        cfg = dataclasses.replace(cfg, **changes)
     except (TypeError, ValueError) as err:  # the config's own __post_init__ checks
         raise ValueError(f"invalid {where} after overrides {dict(changes)}: {err}") from None
+    check_config_fields(cfg, where=where)
+    return cfg
+
+
+def check_config_fields(cfg: Any, *, where: str = "config") -> None:
+    """The checks every experiment config gets, before a run starts (a config's ``__post_init__`` adds its own).
+
+    Counts are ints >= 1, other numbers finite and >= 0, sequences non-empty. A config class relaxes this for
+    named fields with class attributes: ``allow_zero`` (ints that may be 0, e.g. "0 problems from this set"),
+    ``allow_negative`` (numbers that may be negative, e.g. -1 meaning "the default layer") and
+    ``allow_empty`` (sequences that may be empty).
+    """
+    allow_zero = set(getattr(cfg, "allow_zero", ()))
+    allow_negative = set(getattr(cfg, "allow_negative", ()))
+    allow_empty = set(getattr(cfg, "allow_empty", ()))
+
+    def check_number(name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: {name} must be finite, got {value}")
+        if name in allow_negative:
+            return
+        if isinstance(value, int) and name not in allow_zero and value < 1:
+            raise ValueError(f"{where}: {name} must be >= 1, got {value}")
+        if value < 0:
+            raise ValueError(f"{where}: {name} must be >= 0, got {value}")
+
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, (tuple, list)):
+            if not value and f.name not in allow_empty:
+                raise ValueError(f"{where}: {f.name} must not be empty")
+            for item in value:  # items may be indices or weights: 0 is fine, negatives are not
+                if isinstance(item, (int, float)) and not isinstance(item, bool):
+                    if not math.isfinite(item) or (item < 0 and f.name not in allow_negative):
+                        raise ValueError(f"{where}: {f.name} must hold finite values >= 0, got {value}")
+        else:
+            check_number(f.name, value)
 
 
 def _parse(text: str, tp: Any) -> Any:

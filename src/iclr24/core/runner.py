@@ -10,13 +10,17 @@ A run writes ``<runs_dir>/<name>/<UTC timestamp>/``::
     artifacts/         anything the reproduction wrote through ``ctx.path`` (kept only on success)
 
 Everything is written into a hidden temporary folder that is renamed when complete,
-so an interrupted run leaves nothing that looks like a result. A run that raises is
+so an interrupted run (Ctrl-C or SIGTERM) leaves nothing that looks like a result. The final name is
+claimed atomically, so runs finishing in the same second get ``<stamp>``, ``<stamp>-2``, ...; a finished
+result is never deleted, and a temporary folder left by a process that died is swept (or, if it holds a
+finished result, published) by the next run in the same place. A run that raises is
 still recorded: its folder holds ``status: "failed"``, the error and the traceback,
 and no metrics, claims, figures or artefacts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import importlib.metadata
@@ -25,10 +29,13 @@ import os
 import platform
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +48,15 @@ from iclr24.core.experiment import Experiment, Result, RunContext, get_experimen
 from iclr24.core.io import write_json_atomic
 from iclr24.core.progress import set_quiet
 
-__all__ = ["RunRecord", "environment", "latest_run", "latest_runs", "load_run", "run", "seed_everything"]
+__all__ = ["RunInterrupted", "RunRecord", "environment", "latest_run", "latest_runs", "load_run", "run",
+           "seed_everything"]
 
 RESULT_SCHEMA = 1
 _PACKAGES = ("iclr24", "torch", "numpy", "scipy", "scikit-learn", "matplotlib", "typer", "rich")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by SIGTERM: handled as Ctrl-C is (nothing partial is left behind)."""
 
 
 @dataclass(frozen=True)
@@ -130,12 +142,15 @@ def run(
     cfg = exp.config(preset, overrides)  # user errors surface here, before any folder exists
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {seed!r}")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be in [0, 2**63), got {seed}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
 
     started = _dt.datetime.now(_dt.timezone.utc)
     parent = Path(runs_dir) / exp.name
     parent.mkdir(parents=True, exist_ok=True)
+    _sweep_stale(parent)
     tmp = parent / f".tmp-{started.strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}"
     tmp.mkdir()
     log_file = open(tmp / "log.txt", "a", encoding="utf-8")
@@ -160,52 +175,18 @@ def run(
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    completed = False
     try:
-        write_json_atomic(tmp / "config.json", {"preset": preset, "class": type(cfg).__name__,
-                                                "fields": _jsonable(dataclasses.asdict(cfg))})
-        write_json_atomic(tmp / "environment.json", environment())
-        seed_everything(seed)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        log(f"start: preset={preset} seed={seed} config={cfg}")
-        t0 = time.perf_counter()
-        try:
-            result = exp(cfg, RunContext(seed=seed, preset=preset, run_dir=tmp, quiet=quiet, _log=log))
-            if not isinstance(result, Result):
-                raise TypeError(f"experiment {exp.name!r} returned {type(result).__name__}, expected Result")
-            missing = [c for c in exp.claims if c not in {claim.statement for claim in result.claims}]
-            if missing:
-                raise RuntimeError(f"experiment {exp.name!r} did not report its declared claims: {missing}")
-            wall = time.perf_counter() - t0
-            figures = _save_figures(result.figures, tmp)
-            record = {
-                **header,
-                "status": "ok",
-                "wall_time_s": wall,
-                "metrics": result.metrics,
-                "timings": result.timings,
-                "claims": [c.to_dict() for c in result.claims],
-                "tables": _jsonable(result.tables),
-                "figures": figures,
-                "notes": result.notes,
-            }
-            held = sum(c.holds for c in result.claims)
-            log(f"done in {wall:.1f}s: {held}/{len(result.claims)} claims hold")
-        except Exception as err:  # a failed run is recorded, not lost
-            wall = time.perf_counter() - t0
-            tb = traceback.format_exc()
-            log(f"failed after {wall:.1f}s: {type(err).__name__}: {err}\n{tb}")
-            shutil.rmtree(tmp / "artifacts", ignore_errors=True)
-            for png in tmp.glob("*.png"):
-                png.unlink()
-            record = {**header, "status": "failed", "wall_time_s": wall,
-                      "error": f"{type(err).__name__}: {err}", "traceback": tb}
-        write_json_atomic(tmp / "result.json", record)
+        with _sigterm_as_interrupt():
+            record = _execute(exp, cfg, seed, preset, quiet, tmp, header, log)
+            write_json_atomic(tmp / "result.json", record)
+            completed = True  # from here on the folder is a finished result: it is never deleted
+            log_file.close()
+            final = _publish(tmp, parent, started.strftime("%Y%m%dT%H%M%SZ"))
+    except BaseException:  # interrupted, or the writing itself failed: leave nothing partial behind
         log_file.close()
-        final = _free_name(parent, started.strftime("%Y%m%dT%H%M%SZ"))
-        os.replace(tmp, final)
-    except BaseException:  # interrupted (Ctrl-C) or the writing itself failed: leave nothing behind
-        log_file.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not completed:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         set_quiet(previous_quiet)
@@ -214,11 +195,110 @@ def run(
     return RunRecord(name=exp.name, run_dir=final, result=record)
 
 
+def _execute(exp: Experiment, cfg: Any, seed: int, preset: str, quiet: bool, tmp: Path, header: dict,
+             log: Any) -> dict[str, Any]:
+    """Run the reproduction inside ``tmp``; its result record (a failed run is recorded, not raised)."""
+    write_json_atomic(tmp / "config.json", {"preset": preset, "class": type(cfg).__name__,
+                                            "fields": _jsonable(dataclasses.asdict(cfg))})
+    write_json_atomic(tmp / "environment.json", environment())
+    seed_everything(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    log(f"start: preset={preset} seed={seed} config={cfg}")
+    t0 = time.perf_counter()
+    try:
+        result = exp(cfg, RunContext(seed=seed, preset=preset, run_dir=tmp, quiet=quiet, _log=log))
+        if not isinstance(result, Result):
+            raise TypeError(f"experiment {exp.name!r} returned {type(result).__name__}, expected Result")
+        missing = [c for c in exp.claims if c not in {claim.statement for claim in result.claims}]
+        if missing:
+            raise RuntimeError(f"experiment {exp.name!r} did not report its declared claims: {missing}")
+        if not result.metrics:  # claims checked over nothing are not a result
+            raise RuntimeError(f"experiment {exp.name!r} measured nothing (no metrics) with config {cfg}")
+        wall = time.perf_counter() - t0
+        figures = _save_figures(result.figures, tmp)
+        held = sum(c.holds for c in result.claims)
+        log(f"done in {wall:.1f}s: {held}/{len(result.claims)} claims hold")
+        return {**header, "status": "ok", "wall_time_s": wall, "metrics": result.metrics,
+                "timings": result.timings, "claims": [c.to_dict() for c in result.claims],
+                "tables": _jsonable(result.tables), "figures": figures, "notes": result.notes}
+    except Exception as err:  # a failed run is recorded, not lost
+        wall = time.perf_counter() - t0
+        tb = traceback.format_exc()
+        log(f"failed after {wall:.1f}s: {type(err).__name__}: {err}\n{tb}")
+        shutil.rmtree(tmp / "artifacts", ignore_errors=True)
+        for png in tmp.glob("*.png"):
+            png.unlink()
+        return {**header, "status": "failed", "wall_time_s": wall, "error": f"{type(err).__name__}: {err}",
+                "traceback": tb}
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """Within the block, SIGTERM raises :class:`RunInterrupted` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise RunInterrupted(f"terminated by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _publish(tmp: Path, parent: Path, stamp: str) -> Path:
+    """Rename the finished ``tmp`` to the first free ``<stamp>[-i]``, claiming the name atomically (mkdir)."""
+    candidate, i = parent / stamp, 1
+    while True:
+        try:
+            candidate.mkdir()
+        except FileExistsError:  # another run finished in the same second
+            i += 1
+            candidate = parent / f"{stamp}-{i}"
+            continue
+        try:
+            os.replace(tmp, candidate)  # replaces the empty folder this process just made
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                candidate.rmdir()
+            raise RuntimeError(f"the finished run could not be renamed; it is kept at {tmp}: {err}") from err
+        return candidate
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove the temporary folders of processes that died mid-run; publish any that hold a finished result."""
+    for tmp in parent.glob(".tmp-*"):
+        stamp, _, pid = tmp.name[len(".tmp-"):].rpartition("-")
+        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)) or not tmp.is_dir():
+            continue
+        if (tmp / "result.json").is_file():
+            with contextlib.suppress(OSError, RuntimeError):
+                _publish(tmp, parent, stamp[:15] + "Z")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def load_run(run_dir: str | os.PathLike) -> RunRecord:
-    """Read a run folder written by :func:`run`."""
-    run_dir = Path(run_dir)
-    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    return RunRecord(name=result["name"], run_dir=run_dir, result=result)
+    """Read a run folder written by :func:`run`; a ValueError naming the file if it is unreadable."""
+    path = Path(run_dir) / "result.json"
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        return RunRecord(name=result["name"], run_dir=Path(run_dir), result=result)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"cannot read run result {path}: {type(err).__name__}: {err}") from None
 
 
 def latest_run(runs_dir: str | os.PathLike, name: str) -> RunRecord | None:
@@ -227,9 +307,12 @@ def latest_run(runs_dir: str | os.PathLike, name: str) -> RunRecord | None:
     if not parent.is_dir():
         return None
     done = [d for d in parent.iterdir() if not d.name.startswith(".") and (d / "result.json").is_file()]
-    if not done:
-        return None
-    return load_run(max(done, key=_run_sort_key))
+    for run_dir in sorted(done, key=_run_sort_key, reverse=True):
+        try:
+            return load_run(run_dir)
+        except ValueError as err:  # a damaged run does not hide the ones before it
+            warnings.warn(f"skipping {err}", stacklevel=2)
+    return None
 
 
 def latest_runs(runs_dir: str | os.PathLike) -> dict[str, RunRecord]:
@@ -249,14 +332,6 @@ def latest_runs(runs_dir: str | os.PathLike) -> dict[str, RunRecord]:
 def _run_sort_key(path: Path) -> tuple[str, int]:
     stamp, _, suffix = path.name.partition("-")
     return stamp, int(suffix) if suffix.isdigit() else 0
-
-
-def _free_name(parent: Path, stamp: str) -> Path:
-    candidate, i = parent / stamp, 1
-    while candidate.exists():
-        i += 1
-        candidate = parent / f"{stamp}-{i}"
-    return candidate
 
 
 def _save_figures(figures: Mapping[str, Any], run_dir: Path) -> list[str]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from iclr24.core.checks import check_int, check_tensor
+from iclr24.core.checks import check_int, check_number, check_tensor
 
 __all__ = [
     "HyperAttentionConfig",
@@ -375,6 +375,12 @@ def hyper_attention(
             f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
         ) from None
     n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    if not isinstance(causal, bool):  # a string such as "no" would otherwise read as True
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if scale is not None:
+        scale = check_number("scale", scale, minimum=0, exclusive=True)
+    if n_q == 0:
+        raise ValueError("q must hold at least one query, got n_q=0")
     if causal and n_q != n_k:
         raise ValueError(f"causal=True needs as many queries as keys, got n_q={n_q} and n_k={n_k}")
     if n_k == 0:

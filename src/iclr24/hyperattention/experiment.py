@@ -16,6 +16,7 @@ import copy
 import math
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
@@ -43,6 +44,7 @@ CLAIM_PPL = "replacing the final half of the layers costs little perplexity"
 
 @dataclass(frozen=True)
 class Config:
+    allow_empty: ClassVar[tuple[str, ...]] = ("hyper_only_ns",)
     # speed: sequence lengths, one attention layer (batch 1) of `heads` heads of `head_dim`
     ns: tuple[int, ...] = (4096, 8192, 16384, 32768)
     # HyperAttention alone at longer n (exact attention there costs minutes): widens its fit

@@ -57,6 +57,10 @@ class Config:
             raise ValueError(f"unknown datasets {unknown}; expected some of {sorted(known)}")
         if not self.gamma_grid or min(self.gamma_grid) <= 0:
             raise ValueError(f"gamma_grid must hold positive multiples, got {self.gamma_grid}")
+        if self.features not in ("kernel_matrix", "taylor", "raw"):
+            raise ValueError(f"features must be 'kernel_matrix', 'taylor' or 'raw', got {self.features!r}")
+        if self.n_samples < 20:  # the generated sets need a few points per cluster and a held-out split
+            raise ValueError(f"n_samples must be >= 20, got {self.n_samples}")
 
 
 PRESETS = {

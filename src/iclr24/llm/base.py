@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
+           "check_model_spec",
            "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "sample_token",
            "with_system"]
 
@@ -210,6 +211,37 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
 LITELLM_PROVIDERS = {"openai": "openai", "hosted_vllm": "openai", "text-completion-openai": "openai"}
 
 
+def _split_spec(spec: str) -> tuple[str, str]:
+    provider, slash, model_name = spec.partition("/")
+    if slash and provider in LITELLM_PROVIDERS and model_name:  # litellm's "openai/gpt-4o-mini"
+        return LITELLM_PROVIDERS[provider], model_name
+    name, _, argument = spec.partition(":")
+    return name, argument
+
+
+def check_model_spec(spec: str) -> None:
+    """Refuse a model spec (as ``--llm`` and ``$ICLR24_LLM`` give it) that cannot load, before anything runs.
+
+    Checks what can be checked without loading a model: the backend exists, a served model is named, a
+    checkpoint folder or GGUF file exists, an embedded model is one that ships.
+    """
+    name, argument = _split_spec(spec)
+    if name not in BACKENDS or name == "scripted":
+        raise ValueError(f"unknown language model {spec!r}; expected embedded[:NAME], hf:FOLDER, "
+                         f"llamacpp[:GGUF] or openai:MODEL")
+    if name == "openai" and not (argument or os.environ.get("ICLR24_OPENAI_MODEL")):
+        raise ValueError(f"{spec!r} names no model: use openai:MODEL (the server from $OPENAI_BASE_URL)")
+    if name == "hf" and not (argument and Path(argument).is_dir()):
+        raise ValueError(f"{spec!r}: hf needs an existing checkpoint folder, hf:/path/to/folder")
+    if name == "llamacpp" and argument and not Path(argument).is_file():
+        raise ValueError(f"{spec!r}: no GGUF file at {argument!r}")
+    if name == "embedded" and argument:
+        from iclr24.llm.hf import EMBEDDED
+
+        if argument not in EMBEDDED:
+            raise ValueError(f"{spec!r}: unknown embedded model {argument!r}; expected one of {sorted(EMBEDDED)}")
+
+
 def get_model(name: str | None = None, **options) -> LanguageModel:
     """The backend ``name`` (default: ``$ICLR24_LLM``, else ``"embedded"``) built with ``options``.
 
@@ -223,11 +255,7 @@ def get_model(name: str | None = None, **options) -> LanguageModel:
     '4'
     """
     spec = name or os.environ.get("ICLR24_LLM") or "embedded"
-    provider, slash, model_name = spec.partition("/")
-    if slash and provider in LITELLM_PROVIDERS and model_name:  # litellm's "openai/gpt-4o-mini"
-        name, argument = LITELLM_PROVIDERS[provider], model_name
-    else:
-        name, _, argument = spec.partition(":")
+    name, argument = _split_spec(spec)
     if name not in BACKENDS:
         raise ValueError(f"unknown language-model backend {name!r}; expected one of {sorted(BACKENDS)}")
     module, cls, extra = BACKENDS[name]

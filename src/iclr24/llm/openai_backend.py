@@ -8,8 +8,11 @@ vocabulary: methods that need exact next-token distributions (EFT) must use a lo
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import threading
 import time
 from collections.abc import Sequence
 
@@ -29,7 +32,8 @@ class OpenAIModel:
     """
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8, chat: bool = True) -> None:
+                 timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8, chat: bool = True,
+                 deadline: float | None = None) -> None:
         import openai
 
         self.max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
@@ -41,6 +45,13 @@ class OpenAIModel:
         if not self.name:
             raise ValueError("the openai backend needs a model name: get_model('openai', model=...) or "
                              "$ICLR24_OPENAI_MODEL")
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        # httpx's timeout bounds each read, so a body trickled byte by byte never trips it: every call also
+        # has a total deadline (by default the time all tries could take, with the client's backoff).
+        self.deadline = float(deadline) if deadline is not None else timeout * (max_retries + 1) + 8.0 * max_retries
+        if not (math.isfinite(self.deadline) and self.deadline > 0):
+            raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
         self.client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
                                     api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
                                     timeout=timeout, max_retries=max_retries)
@@ -70,14 +81,12 @@ class OpenAIModel:
 
         response = self._call(request)
         duration = time.perf_counter() - start
-        choices = list(response.choices or [])
-        if len(choices) != n:
-            raise RuntimeError(f"the server at {self.client.base_url} returned {len(choices)} choices for n={n}")
-        texts = [_choice_text(c) for c in choices]
-        scored = [_choice_logprobs(c) for c in choices]
-        usage = response.usage
-        prompt_tokens = getattr(usage, "prompt_tokens", 0) or 0
-        counts = _choice_token_counts(texts, scored, getattr(usage, "completion_tokens", 0) or 0)
+        with self._reading():
+            choices = _choices(response, n)
+            texts = [_choice_text(c) for c in choices]
+            scored = [_choice_logprobs(c) for c in choices]
+            prompt_tokens, completion_tokens = _usage(response)
+        counts = _choice_token_counts(texts, scored, completion_tokens)
         return [Completion(text, "length" if choice.finish_reason == "length" else "stop", prompt_tokens, count,
                            duration, *(score if logprobs and score else (None, None)))
                 for text, choice, score, count in zip(texts, choices, scored, counts)]
@@ -97,7 +106,10 @@ class OpenAIModel:
         response = self._call(lambda: self.client.chat.completions.create(
             model=self.name, messages=list(messages), tools=specs, tool_choice=choice, max_tokens=max_tokens,
             temperature=temperature, **({"seed": seed} if seed is not None else {})))
-        message = response.choices[0].message
+        with self._reading():
+            choice = _choices(response, 1)[0]
+            message = choice.message
+            prompt_tokens, completion_tokens = _usage(response)
         if message.tool_calls:
             call = message.tool_calls[0].function
             try:
@@ -107,20 +119,52 @@ class OpenAIModel:
             else:
                 text = json.dumps({"tool": call.name, "arguments": arguments})
         else:
-            text = message.content or ""
-        usage = response.usage
-        finish = "length" if response.choices[0].finish_reason == "length" else "stop"
-        return Completion(text, finish, usage.prompt_tokens if usage else 0,
-                          usage.completion_tokens if usage else 0, time.perf_counter() - start)
+            with self._reading():
+                text = _choice_text(choice)
+        finish = "length" if choice.finish_reason == "length" else "stop"
+        return Completion(text, finish, prompt_tokens, completion_tokens, time.perf_counter() - start)
 
     def _call(self, request):
-        try:
-            return request()
-        except self._openai.AuthenticationError as err:
+        """``request()`` within the total deadline, its errors said in terms of this server."""
+        box: dict = {}
+
+        def target():
+            try:
+                box["response"] = request()
+            except BaseException as err:  # handed to the caller's thread below
+                box["error"] = err
+
+        worker = threading.Thread(target=target, daemon=True)
+        worker.start()
+        worker.join(self.deadline)
+        if worker.is_alive():  # the request thread is abandoned; its socket closes when the server gives up
+            raise TimeoutError(f"no complete answer from {self.client.base_url} within the {self.deadline:g} s "
+                               f"deadline")
+        err = box.get("error")
+        if err is None:
+            return box["response"]
+        if isinstance(err, self._openai.AuthenticationError):
             raise PermissionError(f"the server at {self.client.base_url} refused the API key "
                                   f"(set $OPENAI_API_KEY): {err}") from err
-        except self._openai.APIConnectionError as err:
+        if isinstance(err, self._openai.APITimeoutError):
+            raise TimeoutError(f"{self.client.base_url} did not answer within {self.client.timeout}: {err}") from err
+        if isinstance(err, self._openai.APIConnectionError):
             raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
+        if isinstance(err, (self._openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):
+            raise ResponseError(f"the server at {self.client.base_url} sent a body that is not a completion "
+                                f"({type(err).__name__}: {err})") from err
+        raise err
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """Any surprise in the response's shape becomes one error naming the server."""
+        try:
+            yield
+        except ResponseError as err:
+            raise ResponseError(f"the server at {self.client.base_url} sent an invalid response: {err}") from None
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+            raise ResponseError(f"the server at {self.client.base_url} sent an invalid response: "
+                                f"{type(err).__name__}: {err}") from err
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256, stop: Sequence[str] = (),
                        temperature: float = 0.0, seed: int | None = None, top_p: float = 1.0) -> list[Completion]:
@@ -146,15 +190,17 @@ class OpenAIModel:
         """
         if not 1 <= k <= 20:
             raise ValueError(f"k must lie in [1, 20] (the HTTP API's limit), got {k}")
-        try:
-            response = self.client.completions.create(model=self.name, prompt=prompt, max_tokens=1, temperature=0.0,
-                                                      logprobs=k)
-        except self._openai.APIConnectionError as err:
-            raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
-        logprobs = response.choices[0].logprobs
-        if logprobs is None or not logprobs.top_logprobs:
-            raise NotImplementedError(f"the server at {self.client.base_url} returned no logprobs")
-        return dict(logprobs.top_logprobs[0])
+        response = self._call(lambda: self.client.completions.create(model=self.name, prompt=prompt, max_tokens=1,
+                                                                     temperature=0.0, logprobs=k))
+        with self._reading():
+            logprobs = _choices(response, 1)[0].logprobs
+            if logprobs is None or not logprobs.top_logprobs:
+                raise NotImplementedError(f"the server at {self.client.base_url} returned no logprobs")
+            top = dict(logprobs.top_logprobs[0])
+            if len(top) > k:
+                raise ResponseError(f"{len(top)} top logprobs for k={k}")
+            _check_logprobs(tuple(top.values()))
+        return top
 
     def next_token_logprobs(self, token_ids: Sequence[int]):
         raise NotImplementedError("OpenAI-compatible servers return at most the top 20 logprobs per token, not the "
@@ -170,12 +216,42 @@ class OpenAIModel:
         return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
 
 
+class ResponseError(RuntimeError):
+    """The server answered, but not with a valid completion (the message names the server and the fault)."""
+
+
+def _choices(response, n: int) -> list:
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list):
+        raise ResponseError(f"no list of choices (got {type(response).__name__})")
+    if len(choices) != n:
+        raise ResponseError(f"{len(choices)} choices for n={n}")
+    return choices
+
+
+def _usage(response) -> tuple[int, int]:
+    """(prompt, completion) token counts; 0 where the server reports none (usage is optional)."""
+    usage = getattr(response, "usage", None)
+    counts = tuple(getattr(usage, name, None) or 0 for name in ("prompt_tokens", "completion_tokens"))
+    if not all(isinstance(c, int) and c >= 0 for c in counts):
+        raise ResponseError(f"token counts {counts} are not counts")
+    return counts
+
+
 def _choice_text(choice) -> str:
     message = getattr(choice, "message", None)
-    text = (message.content if message is not None else getattr(choice, "text", None)) or ""
+    text = message.content if message is not None else getattr(choice, "text", None)
+    if text is None:
+        raise ResponseError("a choice without text")
     if not isinstance(text, str):
-        raise RuntimeError(f"the server returned a non-text completion: {type(text).__name__}")
+        raise ResponseError(f"a choice whose text is a {type(text).__name__}, not a string")
     return text
+
+
+def _check_logprobs(values: tuple[float, ...]) -> None:
+    bad = [v for v in values if not (isinstance(v, (int, float)) and math.isfinite(v) and v <= 1e-6)]
+    if bad:
+        raise ResponseError(f"log-probabilities must be finite and <= 0, got {bad[:3]}")
 
 
 def _choice_logprobs(choice) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
@@ -185,11 +261,16 @@ def _choice_logprobs(choice) -> tuple[tuple[str, ...], tuple[float, ...]] | None
         return None
     content = getattr(logprobs, "content", None)
     if content is not None:  # /chat/completions: a list of {token, logprob, top_logprobs}
-        return tuple(t.token for t in content), tuple(float(t.logprob) for t in content)
-    tokens, values = getattr(logprobs, "tokens", None), getattr(logprobs, "token_logprobs", None)
-    if tokens is None or values is None:
-        return None
-    return tuple(tokens), tuple(float("nan") if v is None else float(v) for v in values)
+        tokens, values = tuple(t.token for t in content), tuple(t.logprob for t in content)
+    else:
+        tokens, values = getattr(logprobs, "tokens", None), getattr(logprobs, "token_logprobs", None)
+        if tokens is None or values is None:
+            return None
+        tokens, values = tuple(tokens), tuple(values)
+    if len(tokens) != len(values) or not all(isinstance(t, str) for t in tokens):
+        raise ResponseError(f"{len(tokens)} tokens with {len(values)} log-probabilities")
+    _check_logprobs(values)
+    return tokens, tuple(float(v) for v in values)
 
 
 def _choice_token_counts(texts: list[str], scored: list, total: int) -> list[int]:

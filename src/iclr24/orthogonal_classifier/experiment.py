@@ -69,8 +69,8 @@ class Config:
     alpha: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.hidden[-1] < 10:
-            raise ValueError(f"the feature dimension hidden[-1] must be >= 10 (the classes), got {self.hidden[-1]}")
+        if not self.hidden or self.hidden[-1] < 10:
+            raise ValueError(f"hidden must end in a feature dimension >= 10 (the classes), got {self.hidden}")
         if min(self.epochs, self.continual_seeds, self.continual_epochs, self.imbalance_seeds,
                self.imbalance_epochs) < 1 or self.epochs < 2:
             raise ValueError("epochs must be >= 2 and the other counts >= 1")

@@ -13,12 +13,13 @@ its equivalent dense matrix, fine for small images).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from iclr24.core.checks import check_tensor
+from iclr24.core.checks import check_number, check_tensor
 
 __all__ = ["AffineNet", "VerificationResult", "as_affine_net", "spec_matrix", "verify"]
 
@@ -84,12 +85,21 @@ def as_affine_net(model: nn.Module, input_shape: tuple[int, ...]) -> AffineNet:
 
 def _dense(layer: nn.Module, shape: tuple[int, ...]) -> tuple[Tensor, Tensor, tuple[int, ...]]:
     if isinstance(layer, nn.Linear):
+        if shape != (layer.in_features,):
+            raise ValueError(f"a Linear layer with in_features={layer.in_features} receives inputs of shape {shape}; "
+                             f"check input_shape (and put a Flatten before it)")
         return layer.weight.detach(), (layer.bias.detach() if layer.bias is not None else
                                        torch.zeros(layer.out_features)), (layer.out_features,)
+    if len(shape) != 3 or shape[0] != layer.in_channels:
+        raise ValueError(f"a Conv2d layer with in_channels={layer.in_channels} receives inputs of shape {shape}; "
+                         f"expected (channels, height, width): check input_shape")
     n_in = int(torch.tensor(shape).prod())
     with torch.no_grad():
         basis = torch.eye(n_in).reshape(n_in, *shape)
-        zero = layer(torch.zeros(1, *shape))
+        try:
+            zero = layer(torch.zeros(1, *shape))
+        except RuntimeError as err:
+            raise ValueError(f"{layer} cannot take inputs of shape {shape}: {err}") from None
         out = layer(basis) - zero  # column j: the response to the j-th unit input
     return out.reshape(n_in, -1).T, zero.flatten(), tuple(zero.shape[1:])
 
@@ -202,20 +212,33 @@ def verify(model, x: Tensor, eps: float, label: int, method: str = "crown", *, c
         A :class:`VerificationResult`; ``lower_bounds`` always in class order without ``label``.
     """
     check_tensor("x", x)
-    if not isinstance(eps, (int, float)) or not eps > 0:
-        raise ValueError(f"eps must be a positive number, got {eps!r}")
+    original_label = label
+    eps = check_number("eps", eps, minimum=0, exclusive=True)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     net = model if isinstance(model, AffineNet) else as_affine_net(model, tuple(input_shape or x.shape))
     n_classes = net.weights[-1].shape[0]
-    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < n_classes:
-        raise ValueError(f"label must be an int in [0, {n_classes - 1}], got {label!r}")
+    try:  # numpy and 0-d tensor integers are integers too
+        label = operator.index(label) if not isinstance(label, bool) else None
+    except TypeError:
+        label = None if not isinstance(label, torch.Tensor) or label.numel() != 1 or label.is_floating_point() \
+            else int(label.item())
+    if label is None or not 0 <= label < n_classes:
+        raise ValueError(f"label must be an int in [0, {n_classes - 1}], got {original_label!r}")
     x = x.detach().double().flatten()
     if x.numel() != net.weights[0].shape[1]:
         raise ValueError(f"x has {x.numel()} values, the network expects {net.weights[0].shape[1]}")
     x_lo, x_hi = x - eps, x + eps
     if clip is not None:
-        x_lo, x_hi = x_lo.clamp(*clip), x_hi.clamp(*clip)
+        if not isinstance(clip, (tuple, list)) or len(clip) != 2:
+            raise ValueError(f"clip must be a (low, high) pair, got {clip!r}")
+        low, high = check_number("clip[0]", clip[0]), check_number("clip[1]", clip[1])
+        if not low < high:
+            raise ValueError(f"clip must have low < high, got {tuple(clip)}")
+        if x.min() < low or x.max() > high:  # the box would cut the ball away from x itself
+            raise ValueError(f"x lies outside clip={tuple(clip)} (its values span [{float(x.min()):g}, "
+                             f"{float(x.max()):g}])")
+        x_lo, x_hi = x_lo.clamp(low, high), x_hi.clamp(low, high)
     C = spec_matrix(label, n_classes)
     W_spec, b_spec = C @ net.weights[-1], C @ net.biases[-1]
 

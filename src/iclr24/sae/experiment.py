@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
@@ -60,6 +61,7 @@ CLAIM_LM_PATCH = "on a real LM's IOI, fewer SAE features than PCA directions rea
 
 @dataclass(frozen=True)
 class Config:
+    allow_negative: ClassVar[tuple[str, ...]] = ("lm_layer",)  # -1: the middle block
     # toy benchmark
     toy_d: int = 64
     toy_features: int = 128

@@ -9,7 +9,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-from iclr24.core.checks import check_tensor
+from iclr24.core.checks import check_int, check_number, check_tensor
 from iclr24.core.progress import progress
 from iclr24.sae.autoencoder import SparseAutoencoder
 
@@ -44,6 +44,13 @@ class SAETrainingConfig:
     centre: bool = False  # subtract the activations' mean before encoding (the paper's optional centring t)
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        for name in ("d_sae", "batch_size", "steps"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("resample_dead_every", self.resample_dead_every, minimum=0)
+        check_number("lr", self.lr, minimum=0, exclusive=True)
+        check_number("l1_coefficient", self.l1_coefficient, minimum=0)
+
 
 def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> SparseAutoencoder:
     """Train an SAE by Adam on minibatches of ``activations``.
@@ -64,6 +71,9 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
         source, first = activations, check_tensor("source batch", activations(cfg.batch_size), ndim=2)
     else:
         check_tensor("activations", activations, ndim=2, shape_doc="(n_samples, d_in)")
+        if len(activations) == 0 or activations.shape[1] == 0:
+            raise ValueError(f"activations must hold at least one row of at least one value, got shape "
+                             f"{tuple(activations.shape)}")
         data = activations
 
         def source(size):

@@ -16,7 +16,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import matplotlib
 
@@ -51,6 +51,7 @@ CLAIM_SHAPING = "correcting invalid trajectories from their prefixes adds valid 
 
 @dataclass(frozen=True)
 class Config:
+    allow_zero: ClassVar[tuple[str, ...]] = ("n_two_step", "champ")  # 0: that set is skipped
     n_one_step: int = 24  # the claims' problems: one operation on 4-digit numbers
     n_two_step: int = 8  # reported beside them, no claim
     digits: int = 4
