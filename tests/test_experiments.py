@@ -49,3 +49,10 @@ def test_every_config_refuses_nonsense_counts_and_empty_lists_before_running(nam
         if isinstance(value, tuple) and field.name not in empty_ok:
             with pytest.raises(ValueError, match=field.name):
                 exp.config("smoke", [f"{field.name}="])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fields_declared_to_allow_zero_accept_it(name):
+    exp = get_experiment(name)
+    for field in getattr(exp.config("smoke"), "allow_zero", ()):
+        assert getattr(exp.config("smoke", [f"{field}=0"]), field) == 0

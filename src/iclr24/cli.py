@@ -127,7 +127,7 @@ def run_command(
             record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet,
                                     threads=threads)
         except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
-            err_console.print(f"{exp.name}: interrupted ({err or 'Ctrl-C'}); no result written")
+            err_console.print(f"{exp.name}: interrupted ({err or 'Ctrl-C'}); an unfinished run leaves nothing behind")
             raise typer.Exit(130) from None
         _print_record(record)
         if not record.ok:

@@ -94,11 +94,34 @@ def test_sigterm_is_handled_like_ctrl_c(toys, tmp_path):
 
     from iclr24.core.runner import RunInterrupted
 
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(RunInterrupted, match="signal"):
-        run("toy_terminated", preset="smoke", runs_dir=tmp_path, quiet=True)
-    assert list((tmp_path / "toy_terminated").iterdir()) == []
-    assert signal.getsignal(signal.SIGTERM) == before
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with pytest.raises(RunInterrupted, match="signal"):
+            run("toy_terminated", preset="smoke", runs_dir=tmp_path, quiet=True)
+        assert list((tmp_path / "toy_terminated").iterdir()) == []
+        assert signal.getsignal(signal.SIGTERM) is mine  # the caller's handler comes back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_an_interrupt_after_the_result_is_written_keeps_it(toys, tmp_path, monkeypatch):
+    from iclr24.core import runner
+
+    real = runner.write_json_atomic
+
+    def write_then_interrupt(path, payload):
+        real(path, payload)
+        if path.name == "result.json":
+            raise KeyboardInterrupt  # the signal lands just after the write
+
+    monkeypatch.setattr(runner, "write_json_atomic", write_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
+    (kept,) = (tmp_path / "toy").iterdir()
+    assert json.loads((kept / "result.json").read_text())["status"] == "ok"
 
 
 def test_a_run_that_measures_nothing_fails(toys, tmp_path):
@@ -152,35 +175,49 @@ def test_a_finished_run_that_cannot_be_renamed_is_kept(toys, tmp_path, monkeypat
 def test_stale_temporary_folders_of_dead_processes_are_swept(toys, tmp_path):
     import os
 
+    from iclr24.core.runner import _HOST
+
     parent = tmp_path / "toy"
     parent.mkdir()
-    stale = parent / ".tmp-20260101T000000000000-999999999"
+    stale = parent / f".tmp-20260101T000000000000-{_HOST}-999999999"
     stale.mkdir()
     (stale / "log.txt").write_text("died")
-    alive = parent / f".tmp-20260101T000000000000-{os.getppid()}"
+    alive = parent / f".tmp-20260101T000000000000-{_HOST}-{os.getppid()}"
     alive.mkdir()
+    elsewhere = parent / ".tmp-20260101T000000000000-otherhost-999999999"  # a shared folder's other machine
+    elsewhere.mkdir()
     run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
-    assert not stale.exists() and alive.exists()
+    assert not stale.exists() and alive.exists() and elsewhere.exists()
 
 
 def test_concurrent_runs_finishing_together_lose_nothing(toys, tmp_path):
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
-    for trial in range(3):
+    for trial in range(2):
         out = tmp_path / f"trial{trial}"
-        procs = [ctx.Process(target=_run_toy, args=(out, seed)) for seed in range(6)]
+        barrier = ctx.Barrier(8)  # every run reaches its final rename at the same moment, in the same second
+        procs = [ctx.Process(target=_run_toy, args=(out, seed, barrier)) for seed in range(8)]
         for p in procs:
             p.start()
         for p in procs:
-            p.join(60)
+            p.join(120)
         assert all(p.exitcode == 0 for p in procs)
         finished = [d for d in (out / "toy").iterdir() if not d.name.startswith(".")]
         seeds = sorted(json.loads((d / "result.json").read_text())["seed"] for d in finished)
-        assert seeds == list(range(6))
+        assert seeds == list(range(8))
 
 
-def _run_toy(out, seed):
+def _run_toy(out, seed, barrier):
+    from iclr24.core import runner
+
+    publish = runner._publish
+
+    def synchronised(tmp, parent, stamp):
+        barrier.wait(60)
+        return publish(tmp, parent, "20260101T000000Z")  # one stamp for all: every name is contested
+
+    runner._publish = synchronised
     run("toy", preset="smoke", seed=seed, runs_dir=out, quiet=True)
 
 

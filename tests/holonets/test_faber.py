@@ -154,7 +154,10 @@ def test_zero_weight_edges_are_absent_edges_and_bad_weights_are_refused():
     torch.manual_seed(0)
     conv = FaberConv(3, 4, K=2)
     x, edge_index = torch.randn(5, 3), torch.tensor([[0, 1, 2], [1, 2, 3]])
-    assert torch.isfinite(conv(x, edge_index, torch.zeros(3))).all()
+    zero = torch.zeros(3, requires_grad=True)
+    out = conv(x, edge_index, zero)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(zero.grad).all()
     weight, keep = torch.tensor([1.0, 0.0, 2.0]), torch.tensor([True, False, True])
     torch.testing.assert_close(conv(x, edge_index, weight), conv(x, edge_index[:, keep], weight[keep]))
     with pytest.raises(ValueError, match="edge_weight must be finite"):

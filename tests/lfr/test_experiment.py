@@ -22,3 +22,21 @@ def test_one_failing_modality_fails_the_claim():
     acc["series"]["lfr"] = 0.802
     holds = [c.holds for c in _claims(acc, PRESETS["quick"])]
     assert holds[:2] == [False, False]
+
+
+def test_the_ablation_differs_only_in_how_projectors_are_chosen():
+    import torch
+
+    from iclr24.lfr.data import load_table
+    from iclr24.lfr.experiment import _method, _setting
+
+    cfg = PRESETS["smoke"]
+    split = load_table("wine", 0)
+    setting = _setting(split, "tables", cfg)
+    dpp = _method("lfr", setting.encoder(), split, setting, cfg, seed=0)
+    first = _method("lfr_first_k", setting.encoder(), split, setting, cfg, seed=0)
+    assert (dpp.diversity, first.diversity) == ("dpp", None) and len(dpp.candidates) == 10 * cfg.n_projectors
+    for a, b in zip(dpp.predictors.parameters(), first.predictors.parameters()):
+        assert torch.equal(a, b)  # same heads: the comparison isolates the selection
+    for a, b in zip(dpp.candidates[:cfg.n_projectors].parameters(), first.projectors.parameters()):
+        assert torch.equal(a, b)  # the first-drawn K are among the DPP's candidates

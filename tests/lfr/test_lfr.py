@@ -1,6 +1,7 @@
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -86,8 +87,17 @@ def test_greedy_dpp_returns_k_distinct_items_from_a_rank_deficient_kernel():
 def test_selection_refuses_bad_k():
     with pytest.raises(ValueError, match="k must be in"):
         greedy_dpp(torch.eye(3), 4)
-    with pytest.raises(ValueError, match="k must be in"):
+    with pytest.raises(ValueError, match="k must be >= 1"):
         max_min_selection(torch.eye(3), 0)
+    with pytest.raises(TypeError, match="k must be an int"):
+        greedy_dpp(torch.eye(3), 2.0)
+    with pytest.raises(ValueError, match="NaN"):
+        greedy_dpp(torch.full((3, 3), float("nan")), 2)
+    with pytest.raises(ValueError, match="symmetric"):
+        greedy_dpp(torch.tensor([[1.0, 0.5], [0.0, 1.0]]), 1)
+    with pytest.raises(ValueError, match="square"):
+        max_min_selection(torch.ones(2, 3), 1)
+    assert greedy_dpp(np.eye(3), 2) == [0, 1]  # numpy kernels are accepted
 
 
 def test_projector_kernel_equals_the_direct_cosine_of_similarity_matrices():
@@ -268,8 +278,64 @@ def test_select_diverse_skips_duplicate_projectors():
 
 def test_lfr_selects_the_dpp_map_of_its_candidates():
     model = make_lfr(n_projectors=3, n_candidates=9)
-    candidates = list(model._candidates)
+    candidates = list(model.candidates)
     X = torch.randn(80, 5)
     expected = greedy_dpp(projector_kernel(candidates, X), 3)
     assert model.select_projectors(X) == expected
     assert all(p is candidates[i] for p, i in zip(model.projectors, expected))
+
+
+def test_the_schedule_uses_the_official_adam_and_runs_pred_epochs_passes_with_the_encoder_in_eval_mode(monkeypatch):
+    import iclr24.lfr.training as training
+
+    made = []
+    real_adam = torch.optim.Adam
+
+    def adam(params, **kwargs):
+        made.append(kwargs)
+        return real_adam(params, **kwargs)
+
+    monkeypatch.setattr(training.torch.optim, "Adam", adam)
+    torch.manual_seed(0)
+    encoder = nn.Sequential(nn.Linear(5, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 8))
+    model = LFR(encoder, 5, projector_dim=8, n_projectors=2, diversity=None, pred_epochs=3, seed=0)
+    modes = {"encoder": [], "predictors": []}
+    encoder_loss, predictor_loss, features = model._encoder_loss, model._predictor_loss, model._features_and_targets
+    model._encoder_loss = lambda rows: (modes["encoder"].append(model.encoder.training), encoder_loss(rows))[1]
+    model._predictor_loss = lambda rows: (modes["predictors"].append(None), predictor_loss(rows))[1]
+    model._features_and_targets = lambda X: (modes["predictors"].append(model.encoder.training), features(X))[1]
+    model.fit(torch.randn(40, 5), epochs=2, batch_size=10, lr=1e-3, generator=torch.Generator().manual_seed(0))
+    assert [m["betas"] for m in made] == [(0.9, 0.99), (0.9, 0.99)]
+    assert modes["encoder"] == [True] * 8  # 2 epochs x 4 batches, encoder in train mode
+    # per epoch: one precompute with the encoder in eval mode, then 3 passes x 4 batches
+    assert modes["predictors"] == ([False] + [None] * 12) * 2
+
+
+def test_minibatches_shuffle_cover_every_row_and_drop_a_single_trailing_row():
+    from iclr24.lfr.training import minibatches
+
+    batches = list(minibatches(21, 5, torch.Generator().manual_seed(0)))
+    assert [len(b) for b in batches] == [5, 5, 5, 5]  # the 21st row alone would make a 1-row batch
+    rows = torch.cat(batches)
+    assert len(set(rows.tolist())) == 20 and rows.tolist() != sorted(rows.tolist())
+    assert torch.cat(list(minibatches(20, 5, torch.Generator().manual_seed(0)))).sort().values.tolist() == list(
+        range(20))
+
+
+def test_transform_runs_the_encoder_in_eval_mode_and_restores_its_mode():
+    torch.manual_seed(0)
+    encoder = nn.Sequential(nn.Linear(5, 16), nn.Dropout(0.9), nn.Linear(16, 8))
+    model = LFR(encoder, 5, projector_dim=8, n_projectors=2, diversity=None, seed=0)
+    model.encoder.train()
+    X = torch.randn(10, 5)
+    assert torch.equal(model.transform(X), model.transform(X)) and model.encoder.training
+    with pytest.raises(ValueError, match=r"X rows must have shape \(5,\)"):
+        model.transform(torch.randn(3, 4))
+    with pytest.raises(TypeError, match="dtype torch.float64"):
+        model.transform(X.double())
+
+
+def test_the_model_moves_with_to_before_fit():
+    model = make_lfr(n_projectors=2, n_candidates=4).double()
+    model.fit(torch.randn(20, 5, dtype=torch.float64), epochs=1, batch_size=10)
+    assert model.transform(torch.randn(3, 5, dtype=torch.float64)).dtype == torch.float64

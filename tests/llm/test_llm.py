@@ -402,11 +402,10 @@ def faulty():
 
 @pytest.mark.parametrize("reply, message", [
     (_completion([]), "0 choices for n=1"),
-    (_completion([_text_choice(None)]), "a choice without text"),
     (_completion([_text_choice(42)]), "a choice whose text is a int"),
     (_completion([_text_choice(), _text_choice()]), "2 choices for n=1"),
-    (_completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [float("nan")]})]), "finite and <= 0"),
-    (_completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [0.7]})]), "finite and <= 0"),
+    (_completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [float("nan")]})]), "numbers <= 0"),
+    (_completion([_text_choice(logprobs={"tokens": ["a"], "token_logprobs": [0.7]})]), "numbers <= 0"),
     (_completion([_text_choice(logprobs={"tokens": ["a", "b"], "token_logprobs": [-1.0]})]),
      "2 tokens with 1 log-probabilities"),
     (b"{not json", "not a completion|invalid response"),
@@ -429,6 +428,10 @@ def test_openai_backend_keeps_a_valid_completion_without_usage(faulty):
     _Faulty.reply = _completion([_text_choice("fine")], usage=None)
     completion, = get_model("openai", model="m", base_url=faulty, max_retries=0).generate("x")
     assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == ("fine", 0, 0)
+    # a null text (a refusal, or a reasoning model cut off) is the empty text; -inf is a probability of 0
+    _Faulty.reply = _completion([_text_choice(None, logprobs={"tokens": ["a"], "token_logprobs": [float("-inf")]})])
+    completion, = get_model("openai", model="m", base_url=faulty, max_retries=0).generate("x", logprobs=True)
+    assert completion.text == "" and completion.logprobs == (float("-inf"),)
 
 
 def test_openai_backend_top_logprobs_are_checked(faulty):
@@ -436,10 +439,12 @@ def test_openai_backend_top_logprobs_are_checked(faulty):
                                                         "top_logprobs": [{"a": -0.1, "b": 3.0}]})])
     from iclr24.llm.openai_backend import ResponseError
 
-    with pytest.raises(ResponseError, match="finite and <= 0"):
+    with pytest.raises(ResponseError, match="numbers <= 0"):
         get_model("openai", model="m", base_url=faulty, max_retries=0).next_token_top_logprobs("x", k=2)
     _Faulty.reply["choices"][0]["logprobs"]["top_logprobs"] = [{"a": -0.1, "b": -1.0, "c": -2.0}]
-    with pytest.raises(ResponseError, match="3 top logprobs for k=2"):
+    assert len(get_model("openai", model="m", base_url=faulty, max_retries=0).next_token_top_logprobs("x", k=2)) == 3
+    _Faulty.reply["choices"][0]["logprobs"]["top_logprobs"] = [{"a": -0.1, "b": -1.0, "c": -2.0, "d": -3.0}]
+    with pytest.raises(ResponseError, match="4 top logprobs for k=2"):
         get_model("openai", model="m", base_url=faulty, max_retries=0).next_token_top_logprobs("x", k=2)
 
 

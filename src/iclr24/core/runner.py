@@ -28,8 +28,10 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -52,6 +54,8 @@ __all__ = ["RunInterrupted", "RunRecord", "environment", "latest_run", "latest_r
            "seed_everything"]
 
 RESULT_SCHEMA = 1
+# This machine, in temporary folder names: only its own dead processes' folders are swept.
+_HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
 _PACKAGES = ("iclr24", "torch", "numpy", "scipy", "scikit-learn", "matplotlib", "typer", "rich")
 
 
@@ -151,7 +155,7 @@ def run(
     parent = Path(runs_dir) / exp.name
     parent.mkdir(parents=True, exist_ok=True)
     _sweep_stale(parent)
-    tmp = parent / f".tmp-{started.strftime('%Y%m%dT%H%M%S%f')}-{os.getpid()}"
+    tmp = parent / f".tmp-{started.strftime('%Y%m%dT%H%M%S%f')}-{_HOST}-{os.getpid()}"
     tmp.mkdir()
     log_file = open(tmp / "log.txt", "a", encoding="utf-8")
 
@@ -175,17 +179,17 @@ def run(
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-    completed = False
     try:
         with _sigterm_as_interrupt():
             record = _execute(exp, cfg, seed, preset, quiet, tmp, header, log)
             write_json_atomic(tmp / "result.json", record)
-            completed = True  # from here on the folder is a finished result: it is never deleted
             log_file.close()
             final = _publish(tmp, parent, started.strftime("%Y%m%dT%H%M%SZ"))
     except BaseException:  # interrupted, or the writing itself failed: leave nothing partial behind
         log_file.close()
-        if not completed:
+        # Decided by what is on disk, not by a flag a signal could beat: a written result is never deleted
+        # (the next run here publishes it).
+        if not (tmp / "result.json").is_file():
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
@@ -261,10 +265,12 @@ def _publish(tmp: Path, parent: Path, stamp: str) -> Path:
             continue
         try:
             os.replace(tmp, candidate)  # replaces the empty folder this process just made
-        except OSError as err:
+        except BaseException as err:  # a failed rename, or a signal in between: drop the claimed name
             with contextlib.suppress(OSError):
                 candidate.rmdir()
-            raise RuntimeError(f"the finished run could not be renamed; it is kept at {tmp}: {err}") from err
+            if isinstance(err, OSError):
+                raise RuntimeError(f"the finished run could not be renamed; it is kept at {tmp}: {err}") from err
+            raise
         return candidate
 
 
@@ -279,10 +285,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _sweep_stale(parent: Path) -> None:
-    """Remove the temporary folders of processes that died mid-run; publish any that hold a finished result."""
-    for tmp in parent.glob(".tmp-*"):
-        stamp, _, pid = tmp.name[len(".tmp-"):].rpartition("-")
-        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)) or not tmp.is_dir():
+    """Remove the temporary folders of this machine's processes that died mid-run; publish any that hold a
+    finished result. Folders made on another host (a shared runs folder) are left alone: their processes
+    cannot be seen from here."""
+    for tmp in parent.glob(f".tmp-*-{_HOST}-*"):
+        stamp, _, rest = tmp.name[len(".tmp-"):].partition("-")
+        host, _, pid = rest.rpartition("-")
+        if host != _HOST or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)) \
+                or not tmp.is_dir():
             continue
         if (tmp / "result.json").is_file():
             with contextlib.suppress(OSError, RuntimeError):

@@ -54,9 +54,10 @@ def characteristic_operator(
     w = torch.ones(src.numel(), device=edge_index.device) if edge_weight is None else edge_weight.float()
     d_out = torch.zeros(num_nodes, device=w.device).index_add_(0, src, w)
     d_in = torch.zeros(num_nodes, device=w.device).index_add_(0, dst, w)
-    # A node on a positive-weight edge has a positive degree, so the powers are finite there; an edge of
-    # weight 0 is no edge (its end nodes may have degree 0, and 0 * inf would be NaN).
-    norm = torch.where(w > 0, d_out[src].pow(exponent) * w * d_in[dst].pow(exponent), torch.zeros_like(w))
+    # An edge of weight 0 is no edge, but its end nodes may have degree 0: power a safe 1 there, so the entry
+    # is 0 * 1 and neither the value nor its gradient is 0 * inf = NaN.
+    d_out, d_in = (torch.where(d > 0, d, torch.ones_like(d)) for d in (d_out, d_in))
+    norm = d_out[src].pow(exponent) * w * d_in[dst].pow(exponent)
     return torch.stack([dst, src]), norm  # node src aggregates from its out-neighbour dst
 
 

@@ -30,7 +30,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     logits = z @ z.T / temperature
     logits.fill_diagonal_(-torch.inf)
     n = len(z1)
-    positives = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    positives = torch.cat([torch.arange(n, 2 * n), torch.arange(n)]).to(z.device)
     return F.cross_entropy(logits, positives)
 
 
@@ -52,8 +52,8 @@ class Autoencoder(SelfSupervised):
     """Encoder plus an MLP decoder (dim -> hidden -> flattened input) trained to reconstruct the input."""
 
     def __init__(self, encoder: nn.Module, input_shape: int | Sequence[int], hidden: int = 256) -> None:
-        super().__init__(encoder)
-        shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
+        super().__init__(encoder, input_shape)
+        shape = self.input_shape
         dim = output_dim(encoder, torch.zeros(1, *shape))
         self.decoder = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, math.prod(shape)))
 
@@ -67,14 +67,13 @@ class SCARF(SelfSupervised):
 
     def __init__(self, encoder: nn.Module, input_shape: int | Sequence[int], corruption_rate: float = 0.6,
                  temperature: float = 1.0, head_dim: int = 128) -> None:
-        super().__init__(encoder)
+        super().__init__(encoder, input_shape)
         if not 0 < corruption_rate < 1:
             raise ValueError(f"corruption_rate must be in (0, 1), got {corruption_rate}")
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
         self.corruption_rate, self.temperature = corruption_rate, temperature
-        self.head = _projection_head(output_dim(encoder, torch.zeros(1, *shape)), head_dim)
+        self.head = _projection_head(output_dim(encoder, torch.zeros(1, *self.input_shape)), head_dim)
         self._pool: torch.Tensor | None = None
 
     def prepare(self, X: torch.Tensor) -> None:
@@ -87,9 +86,9 @@ class SCARF(SelfSupervised):
         flat = x.flatten(1)
         n, d = flat.shape
         n_corrupt = max(1, round(self.corruption_rate * d))
-        scores = torch.rand(n, d, generator=self._rng)
-        mask = scores.argsort(dim=1)[:, :n_corrupt]
-        donors = torch.randint(len(self._pool), (n, n_corrupt), generator=self._rng)
+        scores = torch.rand(n, d, generator=self._rng)  # drawn on the CPU generator, then moved
+        mask = scores.argsort(dim=1)[:, :n_corrupt].to(x.device)
+        donors = torch.randint(len(self._pool), (n, n_corrupt), generator=self._rng).to(x.device)
         corrupted = flat.clone()
         corrupted.scatter_(1, mask, self._pool[donors, mask])
         return corrupted.view_as(x)
@@ -103,14 +102,13 @@ class SimCLR(SelfSupervised):
 
     def __init__(self, encoder: nn.Module, input_shape: int | Sequence[int], augment: Augment,
                  temperature: float = 0.5, head_dim: int = 128) -> None:
-        super().__init__(encoder)
+        super().__init__(encoder, input_shape)
         if not callable(augment):
             raise TypeError(f"augment must be a callable (x, generator) -> x, got {type(augment).__name__}")
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
         self.augment, self.temperature = augment, temperature
-        self.head = _projection_head(output_dim(encoder, torch.zeros(1, *shape)), head_dim)
+        self.head = _projection_head(output_dim(encoder, torch.zeros(1, *self.input_shape)), head_dim)
 
     def loss(self, x: torch.Tensor) -> torch.Tensor:
         views = [self.head(self.encode(self.augment(x, self._rng))) for _ in range(2)]
@@ -128,7 +126,13 @@ def image_augment(x: torch.Tensor, generator: torch.Generator | None = None, max
                   noise: float = 0.1, erase: int = 3) -> torch.Tensor:
     """Views of small ``(n, c, h, w)`` images: a random shift of up to ``max_shift`` pixels each way (zero
     fill), Gaussian noise, and an ``erase`` x ``erase`` patch set to zero."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"image_augment takes (n, channels, height, width) images, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     n, _, h, w = x.shape
+    if not 0 <= max_shift < min(h, w) or not 0 <= erase <= min(h, w) or not noise >= 0:
+        raise ValueError(f"need 0 <= max_shift < {min(h, w)}, 0 <= erase <= {min(h, w)} and noise >= 0, got "
+                         f"max_shift={max_shift}, erase={erase}, noise={noise}")
     padded = F.pad(x, (max_shift,) * 4)
     dy = torch.randint(0, 2 * max_shift + 1, (n,), generator=generator)
     dx = torch.randint(0, 2 * max_shift + 1, (n,), generator=generator)
@@ -149,6 +153,11 @@ def series_augment(x: torch.Tensor, generator: torch.Generator | None = None, ji
                    scale: float = 0.2, max_shift: int = 8) -> torch.Tensor:
     """Views of ``(n, c, length)`` series: random circular time shift, per-channel scaling, Gaussian jitter
     (the usual weak time-series augmentations of TS-TCC and the paper's SimCLR baseline)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"series_augment takes (n, channels, length) series, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if min(jitter, scale, max_shift) < 0:
+        raise ValueError(f"jitter, scale and max_shift must be >= 0, got {jitter}, {scale}, {max_shift}")
     n, c, _ = x.shape
     shifts = torch.randint(-max_shift, max_shift + 1, (n,), generator=generator)
     out = _roll_last(x, shifts)

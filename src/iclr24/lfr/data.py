@@ -68,17 +68,28 @@ def digit_images(seed: int = 0, test_size: float = 0.3, canvas: int = 16, noise:
 
 def synthetic_series(n: int = 1500, length: int = 128, n_classes: int = 6, noise: float = 0.8, seed: int = 0,
                      test_size: float = 0.3) -> Split:
-    """A multi-class time-series set: each class is a pair of frequencies out of four and a waveform shape.
+    """A multi-class time-series set: each class is a pair of frequencies out of four and a second wave's shape.
 
     A series is ``a1 sin(2 pi f1 t + p1) + a2 shape(2 pi f2 t + p2)`` with the class's (f1, f2, shape), random
     phases, amplitudes in [0.5, 1.5], a random linear trend, and Gaussian noise of std ``noise``; classes share
     frequencies, so telling them apart takes both components and the waveform, not one spectral peak.
     """
-    rng = np.random.default_rng(seed)
     frequencies = [3.0, 5.0, 8.0, 13.0]
-    pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
-    shapes = ("sine", "square")
-    classes = [(pairs[(3 * c) % len(pairs)], shapes[c % 2]) for c in range(n_classes)]
+    # A class is (sine frequency, second frequency, second wave's shape). Two sines commute, so sine classes
+    # take unordered pairs (6) and square-wave classes ordered pairs (12): every class differs from the others.
+    sine_pairs = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    square_pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
+    if not 2 <= n_classes <= 2 * len(sine_pairs):
+        raise ValueError(f"n_classes must be in [2, {2 * len(sine_pairs)}], got {n_classes}")
+    if length < 16:
+        raise ValueError(f"length must be >= 16, got {length}")
+    if n < 4 * n_classes:
+        raise ValueError(f"n must be >= 4 * n_classes = {4 * n_classes} (a stratified split), got {n}")
+    if not (np.isfinite(noise) and noise >= 0):
+        raise ValueError(f"noise must be finite and >= 0, got {noise}")
+    classes = [(sine_pairs[c // 2], "sine") if c % 2 == 0 else (square_pairs[(5 * (c // 2) + 1) % 12], "square")
+               for c in range(n_classes)]
+    rng = np.random.default_rng(seed)
     t = np.linspace(0.0, 1.0, length)
     y = rng.integers(0, n_classes, n)
     X = np.empty((n, 1, length))

@@ -14,12 +14,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from iclr24.core import check_int
+
 DIVERSITY = ("dpp", "greedy", None)
 
 
 def projector_kernel(projectors: Sequence[nn.Module], sample: torch.Tensor, max_rows: int = 1000,
                      block_rows: int = 128, generator: torch.Generator | None = None) -> torch.Tensor:
     """``(N, N)`` cosine similarity between the candidates' in-batch similarity matrices on ``sample``."""
+    if not isinstance(sample, torch.Tensor) or sample.dim() < 2 or len(sample) < 2:
+        raise ValueError(f"sample must be a tensor of >= 2 rows (similarities compare rows), got "
+                         f"{tuple(sample.shape) if isinstance(sample, torch.Tensor) else type(sample).__name__}")
+    if not torch.isfinite(sample).all():
+        raise ValueError("sample contains NaN or infinite values")
     if len(sample) > max_rows:
         sample = sample[torch.randperm(len(sample), generator=generator)[:max_rows]]
     with torch.no_grad():
@@ -41,12 +48,8 @@ def greedy_dpp(kernel: torch.Tensor, k: int, eps: float = 1e-10) -> list[int]:
     (the kernel has rank < k) the remaining slots take the unchosen items in index order, so k distinct items
     always come back.
     """
-    n = kernel.shape[0]
-    if kernel.shape != (n, n):
-        raise ValueError(f"kernel must be square, got shape {tuple(kernel.shape)}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, {n}] (the number of candidates), got {k}")
-    L = kernel.double()
+    L = _check_kernel(kernel, k)
+    n = len(L)
     gains = torch.diagonal(L).clone()
     rows = torch.zeros(k, n, dtype=L.dtype)
     chosen: list[int] = []
@@ -66,9 +69,7 @@ def greedy_dpp(kernel: torch.Tensor, k: int, eps: float = 1e-10) -> list[int]:
 
 def max_min_selection(kernel: torch.Tensor, k: int) -> list[int]:
     """Farthest-point selection: start from item 0, then add the item least similar to its nearest chosen one."""
-    n = kernel.shape[0]
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, {n}] (the number of candidates), got {k}")
+    kernel = _check_kernel(kernel, k)
     chosen = [0]
     nearest = kernel[0].clone()
     while len(chosen) < k:
@@ -77,6 +78,21 @@ def max_min_selection(kernel: torch.Tensor, k: int) -> list[int]:
         chosen.append(j)
         nearest = torch.maximum(nearest, kernel[j])
     return chosen
+
+
+def _check_kernel(kernel, k: int) -> torch.Tensor:
+    """``kernel`` as a float64 tensor after checking it is a finite symmetric square matrix and 1 <= k <= n."""
+    L = torch.as_tensor(kernel, dtype=torch.float64)
+    if L.dim() != 2 or L.shape[0] != L.shape[1] or len(L) == 0:
+        raise ValueError(f"kernel must be a non-empty square matrix, got shape {tuple(L.shape)}")
+    if not torch.isfinite(L).all():
+        raise ValueError("kernel contains NaN or infinite values")
+    if not torch.allclose(L, L.T, atol=1e-8, rtol=1e-6):
+        raise ValueError("kernel must be symmetric")
+    check_int("k", k, minimum=1)
+    if k > len(L):
+        raise ValueError(f"k must be in [1, {len(L)}] (the number of candidates), got {k}")
+    return L
 
 
 def select_diverse(projectors: Sequence[nn.Module], k: int, sample: torch.Tensor, method: str | None = "dpp",

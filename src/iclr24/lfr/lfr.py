@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from iclr24.core import check_int
+from iclr24.core import check_int, check_number
 from iclr24.lfr.diversity import DIVERSITY, select_diverse
 from iclr24.lfr.networks import ProjectorFactory, mlp_projector, output_dim
 from iclr24.lfr.training import Phase, SelfSupervised
@@ -87,7 +87,7 @@ class LFR(SelfSupervised):
                  projector_dim: int = 256, projector: str | ProjectorFactory = "mlp", n_candidates: int | None = None,
                  diversity: str | None = "dpp", lam: float = 0.01, pred_epochs: int = 1,
                  cache_targets: bool = True, seed: int | None = None) -> None:
-        super().__init__(encoder)
+        super().__init__(encoder, input_shape)
         check_int("n_projectors", n_projectors, minimum=1)
         check_int("projector_dim", projector_dim, minimum=1)
         check_int("pred_epochs", pred_epochs, minimum=0)
@@ -96,9 +96,7 @@ class LFR(SelfSupervised):
         n_candidates = n_candidates if n_candidates is not None else (
             n_projectors if diversity is None else 10 * n_projectors)
         check_int("n_candidates", n_candidates, minimum=n_projectors)
-        if not lam >= 0:
-            raise ValueError(f"lam must be >= 0, got {lam}")
-        self.input_shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
+        lam = check_number("lam", lam, minimum=0)
         if projector == "mlp":
             factory = mlp_projector(self.input_shape, dim=projector_dim)
         elif callable(projector):
@@ -112,20 +110,23 @@ class LFR(SelfSupervised):
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
+            # Heads first: with one seed, runs that differ only in how projectors are chosen get the same heads,
+            # and diversity=None keeps exactly the first K candidates the DPP chooses from.
+            self.predictors = nn.ModuleList(nn.Linear(self.dim, projector_dim) for _ in range(n_projectors))
             candidates = []
             for _ in range(n_candidates):
                 candidate = factory()
                 for p in candidate.parameters():
                     p.requires_grad_(False)
                 candidates.append(candidate.eval())
-            self.predictors = nn.ModuleList(nn.Linear(self.dim, projector_dim) for _ in range(n_projectors))
             self._selection_rng = torch.Generator().manual_seed(seed if seed is not None else
                                                                 int(torch.randint(2 ** 31, ())))
         out = output_dim(candidates[0], torch.zeros(1, *self.input_shape))
         if out != projector_dim:
             raise ValueError(f"the projector factory builds networks of output width {out}, expected "
                              f"projector_dim={projector_dim}")
-        self._candidates = candidates
+        # Registered, so .to() / .double() before fit move the candidates too; emptied once K are chosen.
+        self.candidates = nn.ModuleList(candidates)
         self.cache_targets = cache_targets
         self._targets: torch.Tensor | None = None
         self._targets_of: torch.Tensor | None = None
@@ -135,22 +136,21 @@ class LFR(SelfSupervised):
             self._keep(list(range(n_projectors)))
 
     def _keep(self, indices: list[int]) -> None:
-        self.projectors = nn.ModuleList(self._candidates[i] for i in indices).eval()
+        self.projectors = nn.ModuleList(self.candidates[i] for i in indices).eval()
         self.selected_ = list(indices)
-        self._candidates = []
+        self.candidates = nn.ModuleList()
 
     def select_projectors(self, sample: torch.Tensor) -> list[int]:
         """Choose the K projectors by the configured diversity rule on ``sample`` (at most 1000 rows are used)."""
         if self.selected_:
             raise RuntimeError(f"projectors were already chosen ({self.selected_})")
-        indices = select_diverse(self._candidates, self.n_projectors, sample, self.diversity,
+        self.check_input(sample, minimum_rows=2, name="sample")
+        indices = select_diverse(list(self.candidates), self.n_projectors, sample, self.diversity,
                                  generator=self._selection_rng)
         self._keep(indices)
         return indices
 
     def prepare(self, X: torch.Tensor) -> None:
-        if tuple(X.shape[1:]) != self.input_shape:
-            raise ValueError(f"X rows must have shape {self.input_shape}, got {tuple(X.shape[1:])}")
         if not self.selected_:
             self.select_projectors(X)
         if self.cache_targets:
@@ -159,6 +159,7 @@ class LFR(SelfSupervised):
     def train(self, mode: bool = True) -> LFR:
         super().train(mode)
         self.projectors.eval()  # random targets stay fixed functions (no batch statistics, no dropout)
+        self.candidates.eval()
         return self
 
     def phases(self) -> list[Phase]:

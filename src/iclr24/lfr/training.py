@@ -7,7 +7,7 @@ LFR alternates an encoder phase with predictor-only phases.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +35,14 @@ class Phase:
     loss: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
+def as_shape(input_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """One input row's shape as a tuple of positive ints (an int is a number of features)."""
+    shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
+    if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
+        raise ValueError(f"input_shape must be a positive int or a tuple of them, got {input_shape!r}")
+    return shape
+
+
 def minibatches(n: int, batch_size: int, generator: torch.Generator | None) -> Iterator[torch.Tensor]:
     """Shuffled index batches covering ``range(n)``; a trailing batch of one row is dropped (batch-wise losses
     compare rows with each other)."""
@@ -49,11 +57,12 @@ class SelfSupervised(nn.Module):
     """An ``encoder`` and a self-supervised objective. Subclasses define :meth:`loss` and, when they train
     anything but all their parameters at once, :meth:`phases`."""
 
-    def __init__(self, encoder: nn.Module) -> None:
+    def __init__(self, encoder: nn.Module, input_shape: int | Sequence[int] | None = None) -> None:
         super().__init__()
         if not isinstance(encoder, nn.Module):
             raise TypeError(f"encoder must be a torch.nn.Module, got {type(encoder).__name__}")
         self.encoder = encoder
+        self.input_shape = None if input_shape is None else as_shape(input_shape)
         self.history_: list[dict[str, float]] = []
         self._rng: torch.Generator | None = None
         self._encoder_frozen = False
@@ -84,11 +93,7 @@ class SelfSupervised(nn.Module):
         ``generator`` drives shuffling and any sampling the objective does; ``callback(epoch, losses)`` is
         called after each epoch with the mean loss of each phase.
         """
-        if not isinstance(X, torch.Tensor) or X.dim() < 2 or len(X) < 2:
-            raise ValueError(f"X must be a tensor of shape (n_samples >= 2, ...), got "
-                             f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
-        if not torch.isfinite(X).all():
-            raise ValueError("X contains NaN or infinite values")
+        self.check_input(X, minimum_rows=2)
         check_int("epochs", epochs, minimum=0)
         check_int("batch_size", batch_size, minimum=2)
         if not lr > 0:
@@ -128,9 +133,24 @@ class SelfSupervised(nn.Module):
         self.eval()
         return self
 
+    def check_input(self, X: torch.Tensor, minimum_rows: int = 1, name: str = "X") -> None:
+        """A clear error unless ``X`` is a finite tensor of rows the encoder takes (shape and dtype)."""
+        if not isinstance(X, torch.Tensor) or X.dim() < 2 or len(X) < minimum_rows:
+            raise ValueError(f"{name} must be a tensor of shape (n_samples >= {minimum_rows}, ...), got "
+                             f"{tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__}")
+        if self.input_shape is not None and tuple(X.shape[1:]) != self.input_shape:
+            raise ValueError(f"{name} rows must have shape {self.input_shape}, got {tuple(X.shape[1:])}")
+        weight = next(self.encoder.parameters(), None)
+        if weight is not None and X.dtype != weight.dtype:
+            raise TypeError(f"{name} has dtype {X.dtype} but the encoder's weights are {weight.dtype}: convert one "
+                            f"(e.g. X.float() or model.double())")
+        if not torch.isfinite(X).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+
     @torch.no_grad()
     def transform(self, X: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
         """Representations of the rows of ``X`` (encoder in eval mode, no gradients)."""
+        self.check_input(X)
         was_training = self.encoder.training
         self.encoder.eval()
         try:

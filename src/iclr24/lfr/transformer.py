@@ -100,6 +100,7 @@ class LFRTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def fit(self, X, y=None):
         """Train the encoder on the rows of ``X`` (``y`` is ignored); returns self."""
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        _check_float32_range(X)
         if self.n_candidates is not None and self.n_candidates < self.n_projectors:
             raise ValueError(f"n_candidates must be >= n_projectors={self.n_projectors}, got {self.n_candidates}")
         seed = int(check_random_state(self.random_state).randint(2 ** 31 - 1))
@@ -120,4 +121,11 @@ class LFRTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """The encoder's representation of each row of ``X``, shape ``(n_samples, dim)``."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        _check_float32_range(X)
         return self.model_.transform(torch.tensor(X, dtype=torch.float32)).double().numpy()
+
+
+def _check_float32_range(X: np.ndarray) -> None:
+    """The encoder computes in float32: larger finite values would become inf there."""
+    if X.size and np.abs(X).max() > np.finfo(np.float32).max:
+        raise ValueError("X has values beyond float32's range (3.4e38); rescale it (e.g. StandardScaler first)")

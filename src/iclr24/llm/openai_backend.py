@@ -48,8 +48,10 @@ class OpenAIModel:
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         # httpx's timeout bounds each read, so a body trickled byte by byte never trips it: every call also
-        # has a total deadline (by default the time all tries could take, with the client's backoff).
-        self.deadline = float(deadline) if deadline is not None else timeout * (max_retries + 1) + 8.0 * max_retries
+        # has a total deadline: by default the time all tries could take, with the client's waits between
+        # tries (up to 60 s when a server sends Retry-After).
+        default = timeout * (max_retries + 1) + 60.0 * max_retries + 1.0
+        self.deadline = float(deadline) if deadline is not None else default
         if not (math.isfinite(self.deadline) and self.deadline > 0):
             raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
         self.client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
@@ -179,8 +181,11 @@ class OpenAIModel:
             return self.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p,
                                  seed=None if seed is None else seed + i)[0]
 
-        with ThreadPoolExecutor(min(self.max_concurrency, max(1, len(prompts)))) as pool:
+        pool = ThreadPoolExecutor(min(self.max_concurrency, max(1, len(prompts))))
+        try:
             return list(pool.map(one, enumerate(prompts)))
+        finally:  # on an error or an interrupt, queued prompts are dropped rather than waited for
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def next_token_top_logprobs(self, prompt: str, k: int = 20) -> dict[str, float]:
         """The server's ``k`` most likely next tokens after ``prompt`` (text) and their log-probabilities.
@@ -197,7 +202,7 @@ class OpenAIModel:
             if logprobs is None or not logprobs.top_logprobs:
                 raise NotImplementedError(f"the server at {self.client.base_url} returned no logprobs")
             top = dict(logprobs.top_logprobs[0])
-            if len(top) > k:
+            if len(top) > k + 1:  # the API may add the sampled token to the k most likely
                 raise ResponseError(f"{len(top)} top logprobs for k={k}")
             _check_logprobs(tuple(top.values()))
         return top
@@ -241,17 +246,18 @@ def _usage(response) -> tuple[int, int]:
 def _choice_text(choice) -> str:
     message = getattr(choice, "message", None)
     text = message.content if message is not None else getattr(choice, "text", None)
-    if text is None:
-        raise ResponseError("a choice without text")
+    if text is None:  # a refusal, or a reasoning model cut off by max_tokens: no text is the empty text
+        return ""
     if not isinstance(text, str):
         raise ResponseError(f"a choice whose text is a {type(text).__name__}, not a string")
     return text
 
 
 def _check_logprobs(values: tuple[float, ...]) -> None:
-    bad = [v for v in values if not (isinstance(v, (int, float)) and math.isfinite(v) and v <= 1e-6)]
+    # -inf is a probability of 0; NaN, None and positive values are not log-probabilities.
+    bad = [v for v in values if not (isinstance(v, (int, float)) and not math.isnan(v) and v <= 1e-6)]
     if bad:
-        raise ResponseError(f"log-probabilities must be finite and <= 0, got {bad[:3]}")
+        raise ResponseError(f"log-probabilities must be numbers <= 0, got {bad[:3]}")
 
 
 def _choice_logprobs(choice) -> tuple[tuple[str, ...], tuple[float, ...]] | None:

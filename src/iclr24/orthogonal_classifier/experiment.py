@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
@@ -57,6 +58,7 @@ LABELS = {"fno": "fixed non-negative orthogonal", "learnable": "learnable", "etf
 
 @dataclass(frozen=True)
 class Config:
+    allow_zero: ClassVar[tuple[str, ...]] = ("buffer_size",)  # 0: continual learning without replay
     hidden: tuple[int, ...] = (256, 256, 120)  # the last width is the feature dimension (12 a class)
     scale: float = 5.0  # logit scale of the fixed classifiers
     epochs: int = 300

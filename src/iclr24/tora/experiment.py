@@ -51,7 +51,7 @@ CLAIM_SHAPING = "correcting invalid trajectories from their prefixes adds valid 
 
 @dataclass(frozen=True)
 class Config:
-    allow_zero: ClassVar[tuple[str, ...]] = ("n_two_step", "champ")  # 0: that set is skipped
+    allow_zero: ClassVar[tuple[str, ...]] = ("n_two_step", "champ", "shaping_questions")  # 0: that part is skipped
     n_one_step: int = 24  # the claims' problems: one operation on 4-digit numbers
     n_two_step: int = 8  # reported beside them, no claim
     digits: int = 4
