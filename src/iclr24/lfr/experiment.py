@@ -154,8 +154,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                     Z_train, Z_test = model.transform(split.X_train), model.transform(split.X_test)
                     accuracy = linear_probe(Z_train, split.y_train, Z_test, split.y_test)
                     scores.setdefault((split.name, name), []).append(accuracy)
-                    if s == 0 and modality == "images" and name in ("random", "lfr"):
-                        embeddings[name] = (Z_test.numpy(), split.y_test)
+                    if s == 0 and split.name == f"table: {cfg.tables[0]}" and name in ("random", "lfr"):
+                        embeddings[name] = (Z_test.numpy(), split.y_test, split.name)
                     bar.advance(accuracy=round(accuracy, 3))
             ctx.log(f"seed {seed}: " + ", ".join(f"{d} {m} {v[-1]:.3f}" for (d, m), v in scores.items()))
 
@@ -238,15 +238,15 @@ def _plot_accuracy(acc: dict[str, dict[str, float]]):
 
 
 def _plot_embeddings(embeddings: dict):
-    from sklearn.decomposition import PCA
+    from sklearn.manifold import TSNE
 
     fig, axes = plt.subplots(1, 2, figsize=(8, 4))
     for ax, name in zip(axes, ("random", "lfr")):
-        Z, y = embeddings[name]
+        Z, y, dataset = embeddings[name]
         Z = (Z - Z.mean(0)) / (Z.std(0) + 1e-6)
-        xy = PCA(2, random_state=0).fit_transform(Z)
+        xy = TSNE(2, perplexity=min(30.0, (len(Z) - 1) / 3), init="pca", random_state=0).fit_transform(Z)
         ax.scatter(xy[:, 0], xy[:, 1], c=y, cmap="tab10", s=6)
-        ax.set_title(f"images, {LABELS[name]} (PCA of test representations)", fontsize=9)
+        ax.set_title(f"{dataset}, {LABELS[name]} (t-SNE of test representations)", fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
