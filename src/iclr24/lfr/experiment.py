@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.lfr.baselines import SCARF, Autoencoder, RandomInit, SimCLR, image_augment, series_augment  # noqa: E402
-from iclr24.lfr.data import Split, digit_images, load_table, synthetic_series  # noqa: E402
+from iclr24.lfr.data import TABLES, Split, digit_images, load_table, synthetic_series  # noqa: E402
 from iclr24.lfr.lfr import LFR  # noqa: E402
 from iclr24.lfr.networks import (  # noqa: E402
     conv1d_encoder,
@@ -66,8 +66,8 @@ class Config:
     batch_size: int = 128
 
     def __post_init__(self) -> None:
-        if not self.tables:
-            raise ValueError("tables must name at least one of digits, wine, breast_cancer")
+        if not self.tables or not set(self.tables) <= set(TABLES):
+            raise ValueError(f"tables must name some of {sorted(TABLES)}, got {self.tables}")
         if min(self.seeds, self.n_projectors, self.table_epochs, self.series_epochs, self.image_epochs) < 1:
             raise ValueError("seeds, n_projectors and the epoch counts must be >= 1")
 
