@@ -21,7 +21,7 @@ def make_lfr(d=5, **kwargs):
     return LFR(mlp_encoder(d, dim=16, hidden=16), d, projector_dim=8, seed=0, **kwargs)
 
 
-# -- the loss (Eq. 3) ---------------------------------------------------------------------------------------
+# -- the loss ------------------------------------------------------------------------------------------------
 def test_loss_is_zero_for_a_perfect_prediction_of_orthogonal_targets_at_any_scale():
     target = torch.eye(4, 6)
     assert batch_barlow_loss(target, target).item() == 0.0
@@ -51,7 +51,7 @@ def test_loss_refuses_mismatched_shapes():
         batch_barlow_loss(torch.zeros(4, 3), torch.zeros(4, 2))
 
 
-# -- diversity (Section 3.3) ---------------------------------------------------------------------------------
+# -- diversity ----------------------------------------------------------------------------------------------
 def brute_force_greedy(L, k):
     chosen = []
     for _ in range(k):

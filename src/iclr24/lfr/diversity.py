@@ -1,4 +1,4 @@
-"""Choosing K diverse random projectors out of many candidates (Section 3.3 of the paper).
+"""Choosing K diverse random projectors out of many candidates (the paper's diversity encouragement).
 
 Two projectors are similar when they arrange a batch alike: each candidate's in-batch cosine-similarity matrix is
 flattened and normalised, and the kernel between candidates is the cosine of those vectors. A determinantal point

@@ -25,7 +25,7 @@ from iclr24.lfr.training import Phase, SelfSupervised
 
 
 def batch_barlow_loss(prediction: torch.Tensor, target: torch.Tensor, lam: float = 0.01) -> torch.Tensor:
-    """The paper's "Barlow-batch" loss between predicted and random-projector representations (Eq. 3).
+    """The "barlow-batch" loss (the official code's name) between predicted and random-projector representations.
 
     C = normalize(prediction) normalize(target)^T is the (batch x batch) cosine similarity between each
     row's prediction and every row's target; L = sum_i (C_ii - 1)^2 + lam * sum_{i != j} C_ij^2 pulls each
@@ -201,7 +201,7 @@ class LFR(SelfSupervised):
         return torch.cat([features, self._targets_for(X)], dim=1)
 
     def _loss_from(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean over the K heads of Eq. 3, from the representation and the side-by-side targets."""
+        """Mean over the K heads of the Barlow-batch loss, from the representation and the side-by-side targets."""
         return torch.stack([batch_barlow_loss(head(h), z, self.lam)
                             for head, z in zip(self.predictors, targets.split(self.projector_dim, dim=1))]).mean()
 
