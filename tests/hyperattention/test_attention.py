@@ -237,7 +237,11 @@ def test_module_repr_and_buffer():
     attn = HyperAttention(head_dim=16, block_size=64)
     assert repr(attn) == ("HyperAttention(head_dim=16, block_size=64, sample_size=256, lsh_num_projs=7, "
                           "min_seq_len=4096)")
-    assert attn.state_dict()["lsh_projections"].shape == (16, 7)
+    assert attn.lsh_projections.shape == (16, 7)
+    # not in state_dict: a model saved with exact attention loads strictly into one with HyperAttention
+    assert "lsh_projections" not in attn.state_dict()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), attn)
+    model.load_state_dict(torch.nn.Sequential(torch.nn.Linear(16, 16)).state_dict(), strict=True)
 
 
 def test_module_is_an_sdpa_drop_in():
@@ -300,3 +304,35 @@ def test_scale_causal_and_empty_queries_are_checked():
     a, _ = hyper_attention(q, q, q, scale=np.float32(0.25))
     b, _ = hyper_attention(q, q, q, scale=0.25)
     torch.testing.assert_close(a, b)
+
+
+def test_the_sampled_residual_is_rescaled_so_row_sums_are_unbiased():
+    # 400 heads share one q, k, v and each draws its own columns: the mean estimated row sum
+    # exp(lse) must match the exact one. Without the n/m weight it falls far short.
+    torch.manual_seed(0)
+    n, d, heads = 64, 8, 400
+    q, k, v = (torch.randn(1, n, d).expand(heads, n, d).contiguous() for _ in range(3))
+    _, lse = hyper_attention(q, k, v, block_size=16, sample_size=16, min_seq_len=0,
+                             generator=torch.Generator().manual_seed(0))
+    _, exact_lse = exact_attention(q[:1], k[:1], v[:1], scale=d**-0.5)
+    ratio = lse.exp().mean(0) / exact_lse[0].exp()
+    assert abs(ratio.mean().item() - 1) < 0.02 and ratio.min() > 0.93 and ratio.max() < 1.1
+
+
+def test_sort_lsh_puts_clustered_queries_with_their_keys():
+    # Clustered queries and keys in random order: sorting by LSH bucket brings each cluster into
+    # one block. Zero hyperplanes give every row the same bucket, i.e. no sorting at all.
+    torch.manual_seed(0)
+    n, d = 1024, 16
+    centres = torch.randn(16, d) * 4
+    x = centres[torch.randint(16, (n,))] + 0.3 * torch.randn(n, d)
+    q, k, v = x[None], (x + 0.1 * torch.randn(n, d))[None], torch.randn(1, n, d)
+    exact, _ = exact_attention(q, k, v)
+
+    def error(projections):
+        out, _ = hyper_attention(q, k, v, block_size=64, sample_size=64, min_seq_len=0,
+                                 lsh_projections=projections, generator=torch.Generator().manual_seed(1))
+        return ((out - exact).norm() / exact.norm()).item()
+
+    sorted_error = error(torch.randn(d, 7, generator=torch.Generator().manual_seed(2)))
+    assert sorted_error < 0.6 * error(torch.zeros(d, 7))

@@ -51,7 +51,9 @@ class HyperAttention(nn.Module):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, minimum=1)
         self.config = HyperAttentionConfig(block_size, sample_size, lsh_num_projs, min_seq_len)
-        self.register_buffer("lsh_projections", torch.empty(head_dim, lsh_num_projs))
+        # Not saved in state_dict (as in the official code): a checkpoint of the model with exact attention
+        # loads strictly into one using this module. Each construction draws its own hyperplanes.
+        self.register_buffer("lsh_projections", torch.empty(head_dim, lsh_num_projs), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
