@@ -336,3 +336,14 @@ def test_sort_lsh_puts_clustered_queries_with_their_keys():
 
     sorted_error = error(torch.randn(d, 7, generator=torch.Generator().manual_seed(2)))
     assert sorted_error < 0.6 * error(torch.zeros(d, 7))
+
+
+def test_query_and_key_blocks_stay_aligned_when_n_is_not_a_multiple_of_the_block_size():
+    # q == k with a sharp scale: each query attends to itself. Blocks alone (no sampling) find it only
+    # if query block j and key block j hold the same sorted positions.
+    torch.manual_seed(0)
+    x = F.normalize(torch.randn(1, 130, 16), dim=-1)
+    v = torch.randn(1, 130, 16)
+    out, _ = hyper_attention(x, x, v, block_size=64, sample_size=0, min_seq_len=0, scale=60.0)
+    exact, _ = exact_attention(x, x, v, scale=60.0)
+    assert ((out - exact).norm() / exact.norm()).item() < 0.05

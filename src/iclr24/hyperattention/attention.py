@@ -243,10 +243,12 @@ def _noncausal(
     k_order = torch.argsort(lsh_bucket_ranks(k, projections), dim=-1, stable=True)  # (B, n_k)
     q_s, k_s, v_s = _gather_rows(q, q_order), _gather_rows(k, k_order), _gather_rows(v, k_order)
 
-    # The block-diagonal mask M on the sorted order: n_blocks blocks of bk keys; with
-    # n_q != n_k the query blocks keep the same count and scale in proportion (bq).
+    # The block-diagonal mask M on the sorted order: n_blocks blocks of bk keys. With n_q == n_k
+    # query block j holds exactly the sorted positions of key block j (also when n is not a multiple
+    # of the block size); with n_q != n_k the query blocks keep the count and scale in proportion (bq).
     n_blocks = math.ceil(n_k / cfg.block_size)
-    bk, bq = cfg.block_size, math.ceil(n_q / n_blocks)
+    bk = cfg.block_size
+    bq = bk if n_q == n_k else math.ceil(n_q / n_blocks)
     qb = _pad_rows(q_s, n_blocks * bq).view(B, n_blocks, bq, d)
     kb = _pad_rows(k_s, n_blocks * bk).view(B, n_blocks, bk, d)
     vb = _pad_rows(v_s, n_blocks * bk).view(B, n_blocks, bk, d_v)
