@@ -63,7 +63,8 @@ class HyperAttentionConfig:
     sample_size: key columns sampled for the residual (``m``); ``>= n`` uses every key;
         0 drops the residual (LSH blocks alone, an ablation).
     lsh_num_projs: random hyperplanes of sortLSH (``r``); ``2^r`` buckets.
-    min_seq_len: sequences of at most this many queries use exact attention.
+    min_seq_len: sequences of at most this many queries use exact attention (the official code: fewer than
+        this many; see docs/hyperattention.md).
     """
 
     block_size: int = 256
