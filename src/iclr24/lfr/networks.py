@@ -16,13 +16,21 @@ from torch import nn
 ProjectorFactory = Callable[[], nn.Module]
 
 
+def as_shape(input_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """One input row's shape as a tuple of positive ints (an int is a number of features)."""
+    shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
+    if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
+        raise ValueError(f"input_shape must be a positive int or a tuple of them, got {input_shape!r}")
+    return shape
+
+
 def _flat_size(shape: Sequence[int]) -> int:
     return math.prod(int(s) for s in shape)
 
 
 def mlp_encoder(input_shape: Sequence[int] | int, dim: int = 256, hidden: int = 256, depth: int = 4) -> nn.Sequential:
     """``depth`` linear layers with ReLU between them, flattening the input (the paper's tabular encoder)."""
-    shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
+    shape = as_shape(input_shape)
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
     widths = [_flat_size(shape)] + [hidden] * (depth - 1) + [dim]

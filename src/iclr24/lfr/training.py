@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from iclr24.core import check_int
+from iclr24.lfr.networks import as_shape
 
 
 @dataclass
@@ -33,14 +34,6 @@ class Phase:
     encoder_frozen: bool = False
     precompute: Callable[[torch.Tensor], torch.Tensor] | None = None
     loss: Callable[[torch.Tensor], torch.Tensor] | None = None
-
-
-def as_shape(input_shape: int | Sequence[int]) -> tuple[int, ...]:
-    """One input row's shape as a tuple of positive ints (an int is a number of features)."""
-    shape = (input_shape,) if isinstance(input_shape, int) else tuple(input_shape)
-    if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
-        raise ValueError(f"input_shape must be a positive int or a tuple of them, got {input_shape!r}")
-    return shape
 
 
 def minibatches(n: int, batch_size: int, generator: torch.Generator | None) -> Iterator[torch.Tensor]:

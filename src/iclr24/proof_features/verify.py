@@ -218,11 +218,10 @@ def verify(model, x: Tensor, eps: float, label: int, method: str = "crown", *, c
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     net = model if isinstance(model, AffineNet) else as_affine_net(model, tuple(input_shape or x.shape))
     n_classes = net.weights[-1].shape[0]
-    try:  # numpy and 0-d tensor integers are integers too
-        label = operator.index(label) if not isinstance(label, bool) else None
+    try:  # numpy and single-element integer tensors are integers too (operator.index takes them)
+        label = None if isinstance(label, bool) else operator.index(label)
     except TypeError:
-        label = None if not isinstance(label, torch.Tensor) or label.numel() != 1 or label.is_floating_point() \
-            else int(label.item())
+        label = None
     if label is None or not 0 <= label < n_classes:
         raise ValueError(f"label must be an int in [0, {n_classes - 1}], got {original_label!r}")
     x = x.detach().double().flatten()
