@@ -16,4 +16,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "orthogonal_classifier",
     "subspace_patching",
     "lfr",
+    "moe_peft",
 )

@@ -1,0 +1,290 @@
+"""Reproduction of "Pushing Mixture of Experts to the Limit: Extremely Parameter Efficient MoE for Instruction
+Tuning" (Zadouri et al., ICLR 2024), in miniature.
+
+A frozen MLP base is pretrained in-process on one task family (eight skills, labels as they are), then
+adapted to a mixture of conflicting tasks (the same skills with their labels shifted by an instructed
+amount) and evaluated on the unseen tasks of the mixture's test split and on held-out (skill, shift)
+pairs (zero-shot). Methods: full fine-tuning, (IA)^3 and LoRA from HF peft, MoV-{4,10} and
+MoLoRA-{2,4} from iclr24.moe_peft, on the same sites. Every method gets the best learning rate of its
+grid on a validation split (first seed), then the chosen rate for every seed; a rate chosen at the
+edge of its grid is named in the notes.
+
+1. MoV-10 is within 2 points of full fine-tuning on the mixture (trainable fraction reported).
+2. MoV-10 beats (IA)^3 by >= 5 points on the mixture.
+3. MoLoRA-4 beats LoRA on the mixture, on every seed.
+4. On held-out tasks MoV-10 generalises at least as well as (IA)^3.
+5. Routers specialise: mutual information between task and routed expert (MoV-10, mean over sites)
+   >= 0.1 bit and >= 5x the same measure with task labels shuffled.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.moe_peft.baselines import peft_ia3, peft_lora  # noqa: E402
+from iclr24.moe_peft.model import MoEModel, MoLoRAConfig, MoVConfig, get_moe_model  # noqa: E402
+from iclr24.moe_peft.routing import routing_mutual_information  # noqa: E402
+from iclr24.moe_peft.tasks import SkillTasks, accuracy, fit, mlp_base  # noqa: E402
+
+PAPER = ("Pushing Mixture of Experts to the Limit: Extremely Parameter Efficient MoE for Instruction Tuning "
+         "(Zadouri, Üstün, Ahmadian, Ermiş, Locatelli, Hooker, ICLR 2024)")
+CLAIM_FULL = "MoV is on par with full fine-tuning while updating a small fraction of the parameters"
+CLAIM_IA3 = "MoV outperforms (IA)^3 by a wide margin"
+CLAIM_LORA = "MoLoRA outperforms LoRA"
+CLAIM_HELD_OUT = "MoV generalises to unseen tasks at least as well as (IA)^3"
+CLAIM_ROUTING = "MoV's routers specialise: different tasks are routed to different experts"
+LABELS = {"full": "full fine-tuning", "ia3": "(IA)^3 (peft)", "lora": "LoRA r4 (peft)", "mov4": "MoV-4",
+          "mov10": "MoV-10", "molora2": "MoLoRA-2", "molora4": "MoLoRA-4"}
+#: The hidden activations (inputs of the 2nd, 3rd and output layers): the FFN-intermediate sites of MoV/(IA)^3.
+SCALED_SITES = ("2", "4", "6")
+#: Every linear layer: the sites of LoRA and MoLoRA.
+LINEAR_SITES = ("0", "2", "4", "6")
+
+
+@dataclass(frozen=True)
+class Config:
+    seeds: int = 2
+    hidden: int = 256
+    n_features: int = 16
+    n_skills: int = 8
+    n_classes: int = 4
+    pretrain_per_task: int = 3000
+    pretrain_epochs: int = 20
+    adapt_per_task: int = 800
+    eval_per_task: int = 300
+    epochs: int = 30
+    batch_size: int = 256
+    lora_r: int = 4
+    lora_alpha: float = 16.0
+    full_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
+    vector_lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2, 1e-1, 3e-1)  # (IA)^3 and MoV: vectors take large steps
+    low_rank_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)  # LoRA and MoLoRA
+
+    def __post_init__(self) -> None:
+        if min(self.seeds, self.hidden, self.n_features, self.n_skills, self.pretrain_per_task,
+               self.pretrain_epochs, self.adapt_per_task, self.eval_per_task, self.epochs, self.batch_size,
+               self.lora_r) < 1:
+            raise ValueError("seeds, sizes, epochs, batch_size and lora_r must be >= 1")
+        if self.n_classes < 3:
+            raise ValueError(f"n_classes must be >= 3 (two shifts to train, one held out), got {self.n_classes}")
+        if not (self.full_lrs and self.vector_lrs and self.low_rank_lrs):
+            raise ValueError("each learning-rate grid needs at least one rate")
+
+
+PRESETS = {
+    "smoke": Config(seeds=1, hidden=32, n_skills=3, pretrain_per_task=200, pretrain_epochs=2, adapt_per_task=60,
+                    eval_per_task=40, epochs=2, full_lrs=(1e-3,), vector_lrs=(1e-2,), low_rank_lrs=(1e-3,)),
+    "quick": Config(),
+    "paper": Config(seeds=5, hidden=512, pretrain_per_task=6000, adapt_per_task=2000, epochs=50),
+}
+
+
+def _adapt(name: str, base: torch.nn.Module, cfg: Config) -> torch.nn.Module:
+    """A fresh copy of the frozen base, wrapped for method ``name``."""
+    model = copy.deepcopy(base)
+    if name == "full":
+        return model.requires_grad_(True)
+    if name == "ia3":
+        return peft_ia3(model, SCALED_SITES, SCALED_SITES)
+    if name == "lora":
+        return peft_lora(model, LINEAR_SITES, r=cfg.lora_r, alpha=cfg.lora_alpha)
+    experts = int(name.removeprefix("mov").removeprefix("molora"))
+    if name.startswith("mov"):
+        return get_moe_model(model, MoVConfig(experts, SCALED_SITES, SCALED_SITES))
+    return get_moe_model(model, MoLoRAConfig(experts, cfg.lora_r, cfg.lora_alpha, LINEAR_SITES))
+
+
+def _grid(name: str, cfg: Config) -> tuple[float, ...]:
+    return cfg.full_lrs if name == "full" else cfg.vector_lrs if name in ("ia3", "mov4", "mov10") \
+        else cfg.low_rank_lrs
+
+
+@experiment(
+    name="moe_peft",
+    paper=PAPER,
+    presets=PRESETS,
+    claims=[CLAIM_FULL, CLAIM_IA3, CLAIM_LORA, CLAIM_HELD_OUT, CLAIM_ROUTING],
+    description="MoV and MoLoRA against full fine-tuning, (IA)^3 and LoRA (HF peft) on a frozen base adapted to "
+                "a mixture of conflicting generated tasks, with held-out tasks for zero-shot generalisation.",
+)
+def reproduce(cfg: Config, ctx: RunContext) -> Result:
+    names = tuple(LABELS)
+    family = SkillTasks(cfg.n_features, cfg.n_skills, cfg.n_classes, seed=ctx.seed)
+    train_tasks, held_out_tasks = family.adaptation_split()
+    lr_of: dict[str, float] = {}
+    mixture: dict[str, list[float]] = {n: [] for n in names}
+    held_out: dict[str, list[float]] = {n: [] for n in names}
+    sweep_rows, fractions, base_accuracy = [], {}, []
+    routing = None
+    total = sum(len(_grid(n, cfg)) for n in names) + (cfg.seeds - 1) * len(names) + cfg.seeds
+    with ctx.progress("pretraining and adapting", total=total) as bar:
+        for s in range(cfg.seeds):
+            seed = ctx.seed + s
+            g = torch.Generator().manual_seed(seed)
+            torch.manual_seed(seed)
+            base = mlp_base(family.input_dim, cfg.hidden, cfg.n_classes)
+            X_pre, y_pre, _ = family.sample(family.pretraining_tasks(), cfg.pretrain_per_task, g)
+            X_pre_test, y_pre_test, _ = family.sample(family.pretraining_tasks(), cfg.eval_per_task, g)
+            fit(base, X_pre, y_pre, epochs=cfg.pretrain_epochs, lr=1e-3, batch_size=cfg.batch_size, generator=g)
+            base_accuracy.append(accuracy(base, X_pre_test, y_pre_test))
+            base.requires_grad_(False)
+            bar.advance(pretrained=round(base_accuracy[-1], 3))
+            X, y, _ = family.sample(train_tasks, cfg.adapt_per_task, g)
+            X_val, y_val, _ = family.sample(train_tasks, cfg.eval_per_task, g)
+            X_test, y_test, task_test = family.sample(train_tasks, cfg.eval_per_task, g)
+            X_held, y_held, _ = family.sample(held_out_tasks, cfg.eval_per_task, g)
+            for name in names:
+                best = None
+                for lr in (_grid(name, cfg) if s == 0 else (lr_of[name],)):
+                    torch.manual_seed(seed)  # the same adapter initialisation and batch order for every run
+                    model = _adapt(name, base, cfg)
+                    fit(model, X, y, epochs=cfg.epochs, lr=lr, batch_size=cfg.batch_size,
+                        generator=torch.Generator().manual_seed(seed))
+                    val = accuracy(model, X_val, y_val)
+                    if s == 0:
+                        sweep_rows.append({"method": LABELS[name], "lr": lr, "validation accuracy": round(val, 4)})
+                    if best is None or val > best[0]:
+                        best = (val, lr, model)
+                    bar.advance(method=name, lr=lr, val=round(val, 3))
+                _, lr_of[name], model = best
+                fractions[name] = _trainable(model)
+                mixture[name].append(accuracy(model, X_test, y_test))
+                held_out[name].append(accuracy(model, X_held, y_held))
+                if s == 0 and name == "mov10":
+                    routing = _routing(model, X_test, task_test, len(train_tasks), seed)
+            ctx.log(f"seed {seed}: base {base_accuracy[-1]:.3f}; " + ", ".join(
+                f"{n} {mixture[n][-1]:.3f}/{held_out[n][-1]:.3f}" for n in names))
+
+    at_edge = [LABELS[n] for n in names if len(_grid(n, cfg)) > 1 and lr_of[n] in (min(_grid(n, cfg)),
+                                                                                    max(_grid(n, cfg)))]
+    mean_mix = {n: statistics.mean(v) for n, v in mixture.items()}
+    mean_held = {n: statistics.mean(v) for n, v in held_out.items()}
+    metrics = {"base_pretraining_accuracy": statistics.mean(base_accuracy),
+               "routing_mutual_information_bits": routing["mi"],
+               "routing_mutual_information_shuffled_bits": routing["mi_shuffled"]}
+    for n in names:
+        metrics |= {f"{n}_mixture_accuracy": mean_mix[n], f"{n}_held_out_accuracy": mean_held[n],
+                    f"{n}_trainable_fraction": fractions[n][1], f"{n}_trainable_parameters": fractions[n][0],
+                    f"{n}_lr": lr_of[n]}
+    rows = [{"method": LABELS[n], "trainable parameters": fractions[n][0],
+             "trainable %": round(100 * fractions[n][1], 3), "lr": lr_of[n],
+             "mixture accuracy": round(mean_mix[n], 4), "held-out accuracy": round(mean_held[n], 4),
+             "per seed (mixture)": [round(v, 4) for v in mixture[n]]} for n in names]
+    return Result(
+        metrics=metrics,
+        claims=_claims(mixture, mean_held, fractions, routing),
+        figures={"accuracy_vs_parameters.png": _plot_tradeoff(mean_mix, mean_held, fractions, 1 / cfg.n_classes),
+                 "router_usage.png": _plot_routing(routing, train_tasks)},
+        tables={"methods": rows, "learning_rate_sweep": sweep_rows,
+                "routing": [{"site": site, "I(task; expert) bits": round(mi, 4)}
+                            for site, mi in routing["per_site"].items()]},
+        notes=(f"{cfg.seeds} seeds. Base: MLP, {cfg.hidden} wide, 3 GELU layers, pretrained {cfg.pretrain_epochs} "
+               f"epochs on {cfg.n_skills} skills ({cfg.pretrain_per_task} examples each; accuracy "
+               f"{statistics.mean(base_accuracy):.3f}), then frozen. Mixture: {len(train_tasks)} (skill, shift) "
+               f"tasks, {cfg.adapt_per_task} examples each, {cfg.epochs} epochs, Adam, batch {cfg.batch_size}; "
+               f"held out: {len(held_out_tasks)} unseen pairs. (IA)^3 and MoV scale the hidden activations, LoRA "
+               f"and MoLoRA (r={cfg.lora_r}, alpha={cfg.lora_alpha:g}) adapt every linear layer. Learning rate "
+               f"per method: best validation accuracy of its grid on the first seed"
+               f"{'; at the edge of its grid: ' + ', '.join(at_edge) if at_edge else ', inside the grid for all'}. "
+               f"The paper's T5 on P3 does not run offline; see docs/moe_peft.md."),
+    )
+
+
+def _trainable(model: torch.nn.Module) -> tuple[int, float]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, trainable / sum(p.numel() for p in model.parameters())
+
+
+def _routing(model: MoEModel, X: torch.Tensor, task: torch.Tensor, n_tasks: int, seed: int) -> dict:
+    """Per site, each task's mean routing distribution, I(task; expert), and the same with shuffled tasks."""
+    shuffled = task[torch.randperm(len(task), generator=torch.Generator().manual_seed(seed))]
+    per_task = {}
+    model.eval()
+    for labels, key in ((task, "real"), (shuffled, "shuffled")):
+        sums = {}
+        for t in range(n_tasks):
+            model.reset_router_statistics()
+            with torch.no_grad():
+                model(X[labels == t])
+            for site, stats in model.router_statistics().items():
+                sums.setdefault(site, []).append(stats.mean_probability)
+        per_task[key] = {site: torch.stack(v) for site, v in sums.items()}
+    mi = {site: routing_mutual_information(p) for site, p in per_task["real"].items()}
+    mi_shuffled = {site: routing_mutual_information(p) for site, p in per_task["shuffled"].items()}
+    return {"per_site": mi, "mi": statistics.mean(mi.values()), "mi_shuffled": statistics.mean(mi_shuffled.values()),
+            "usage": per_task["real"]}
+
+
+def _claims(mixture: dict[str, list[float]], held: dict, fractions: dict, routing: dict) -> list[Claim]:
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    mix = {n: statistics.mean(v) for n, v in mixture.items()}
+    gap = mix["full"] - mix["mov10"]
+    over_ia3 = mix["mov10"] - mix["ia3"]
+    over_lora = mix["molora4"] - mix["lora"]
+    over_lora_per_seed = [a - b for a, b in zip(mixture["molora4"], mixture["lora"])]
+    mi, control = routing["mi"], routing["mi_shuffled"]
+    return [
+        Claim(CLAIM_FULL, "on par with full fine-tuning, updating less than 1% of an 11B-parameter T5 "
+              "(abstract; zero-shot on held-out P3 tasks)",
+              f"full fine-tuning {pct(mix['full'])}, MoV-10 {pct(mix['mov10'])} (gap {100 * gap:+.1f} pts), "
+              f"training {pct(fractions['mov10'][1])} of the parameters ({fractions['mov10'][0]})",
+              gap <= 0.02, "full fine-tuning - MoV-10 <= 2 points (mixture test accuracy, mean over seeds)"),
+        Claim(CLAIM_IA3, "outperforms standard PEFT methods ((IA)^3, the method MoV mixes) (abstract)",
+              f"MoV-10 {pct(mix['mov10'])} vs (IA)^3 {pct(mix['ia3'])} ({100 * over_ia3:+.1f} pts)",
+              over_ia3 >= 0.05, "MoV-10 >= (IA)^3 + 5 points on the mixture"),
+        Claim(CLAIM_LORA, "outperforms standard PEFT methods (LoRA, the method MoLoRA mixes) (abstract)",
+              f"MoLoRA-4 {pct(mix['molora4'])} vs LoRA {pct(mix['lora'])} ({100 * over_lora:+.1f} pts; per seed "
+              f"{', '.join(f'{100 * d:+.1f}' for d in over_lora_per_seed)})",
+              all(d > 0 for d in over_lora_per_seed), "MoLoRA-4 > LoRA on the mixture, on every seed (paired)"),
+        Claim(CLAIM_HELD_OUT, "generalises to unseen tasks, as it does not depend on prior task knowledge (abstract)",
+              f"held-out tasks: MoV-10 {pct(held['mov10'])} vs (IA)^3 {pct(held['ia3'])}; full fine-tuning "
+              f"{pct(held['full'])}, LoRA {pct(held['lora'])}",
+              held["mov10"] >= held["ia3"], "MoV-10's held-out accuracy >= (IA)^3's"),
+        Claim(CLAIM_ROUTING, "experts specialise by task (the paper's routing analysis; not verified here)",
+              f"I(task; expert) = {mi:.3f} bits (mean over sites; shuffled tasks {control:.4f} bits)",
+              mi >= 0.1 and mi >= 5 * control, "I(task; expert) >= 0.1 bit and >= 5x the shuffled-task control"),
+    ]
+
+
+def _plot_tradeoff(mix: dict, held: dict, fractions: dict, chance: float):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharex=True)
+    for ax, acc, title in ((axes[0], mix, "mixture (training tasks)"), (axes[1], held, "held-out tasks")):
+        for n in acc:
+            colour = "tab:red" if n.startswith(("mov", "molora")) else "tab:grey"
+            ax.scatter(fractions[n][0], 100 * acc[n], color=colour)
+            ax.annotate(LABELS[n], (fractions[n][0], 100 * acc[n]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.axhline(100 * chance, color="black", linestyle=":", linewidth=1)
+        ax.annotate("chance", (min(f for f, _ in fractions.values()), 100 * chance), fontsize=7,
+                    xytext=(0, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("trainable parameters")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_routing(routing: dict, tasks: list[tuple[int, int]]):
+    usage = routing["usage"]
+    fig, axes = plt.subplots(1, len(usage), figsize=(3.2 * len(usage), 4))
+    for ax, (site, probs) in zip(np.atleast_1d(axes), usage.items()):
+        ax.imshow(probs.numpy(), aspect="auto", cmap="viridis", vmin=0)
+        ax.set_yticks(range(len(tasks)), [f"skill {k}, shift {j}" for k, j in tasks], fontsize=6)
+        ax.set_xlabel("expert")
+        ax.set_title(f"site {site}: I = {routing['per_site'][site]:.2f} bits", fontsize=9)
+    fig.suptitle("MoV-10 mean routing probability per task", fontsize=10)
+    fig.tight_layout()
+    return fig

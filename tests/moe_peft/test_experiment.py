@@ -1,0 +1,62 @@
+import pytest
+import torch
+
+from iclr24.moe_peft.experiment import LABELS, PRESETS, _adapt, _claims, _routing
+
+peft = pytest.importorskip("peft")
+
+
+def outcome(mov10=0.80, full=0.81, ia3=0.70, lora=0.80, molora4=0.81, held_mov=0.3, held_ia3=0.3, mi=0.5,
+            shuffled=0.01):
+    mix = dict.fromkeys(LABELS, 0.5) | {"mov10": mov10, "full": full, "ia3": ia3, "lora": lora, "molora4": molora4}
+    mix = {n: [v, v] if isinstance(v, float) else v for n, v in mix.items()}  # two seeds
+    held = dict.fromkeys(LABELS, 0.3) | {"mov10": held_mov, "ia3": held_ia3}
+    fractions = dict.fromkeys(LABELS, (100, 0.1))
+    return _claims(mix, held, fractions, {"mi": mi, "mi_shuffled": shuffled})
+
+
+def test_claims_hold_only_past_their_margins():
+    assert [c.holds for c in outcome()] == [True, True, True, True, True]
+    assert [c.holds for c in outcome(full=0.821)][0] is False  # 2.1 points behind full fine-tuning
+    assert [c.holds for c in outcome(ia3=0.751)][1] is False  # 4.9 points over (IA)^3
+    assert [c.holds for c in outcome(molora4=0.80)][2] is False  # a tie is not beating LoRA
+    assert [c.holds for c in outcome(molora4=[0.83, 0.79])][2] is False  # ahead on the mean, behind on a seed
+    assert [c.holds for c in outcome(held_ia3=0.31)][3] is False
+    assert [c.holds for c in outcome(mi=0.09, shuffled=0.0)][4] is False
+    assert [c.holds for c in outcome(mi=0.5, shuffled=0.11)][4] is False  # not 5x the shuffled control
+
+
+def test_every_method_adapts_a_copy_of_the_same_base_on_the_stated_sites():
+    from iclr24.moe_peft.tasks import mlp_base
+
+    cfg = PRESETS["smoke"]
+    base = mlp_base(10, 8, 3).requires_grad_(False)
+    counts = {}
+    for name in LABELS:
+        model = _adapt(name, base, cfg)
+        counts[name] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert not any(p.requires_grad for p in base.parameters())  # the base stays frozen for the next method
+    linear = sum(p.numel() for p in base.parameters())
+    # (IA)^3: one vector per hidden activation (3 x 8); MoV-E: E vectors and an 8 x E router per site
+    assert counts == {"full": linear, "ia3": 24, "mov4": 3 * (4 * 8 + 8 * 4), "mov10": 3 * (10 * 8 + 8 * 10),
+                      "lora": 4 * (10 + 8) + 2 * 4 * 16 + 4 * (8 + 3),
+                      "molora2": 2 * 4 * (10 + 8) + 10 * 2 + 2 * (2 * 4 * 16 + 8 * 2) + 2 * 4 * (8 + 3) + 8 * 2,
+                      "molora4": 4 * 4 * (10 + 8) + 10 * 4 + 2 * (4 * 4 * 16 + 8 * 4) + 4 * 4 * (8 + 3) + 8 * 4}
+
+
+def test_routing_information_is_zero_for_identical_tasks_and_positive_for_routed_ones():
+    from iclr24.moe_peft import MoVConfig, get_moe_model
+    from iclr24.moe_peft.tasks import mlp_base
+
+    torch.manual_seed(0)
+    model = get_moe_model(mlp_base(4, 8, 2), MoVConfig(3, ["2", "4", "6"], ["2", "4", "6"]))
+    X = torch.randn(60, 4)
+    same = _routing(model, X.repeat(2, 1), torch.arange(2).repeat_interleave(60), 2, seed=0)
+    assert same["mi"] == pytest.approx(0.0, abs=1e-9)
+    X2 = torch.cat([X + 2, X - 2])
+    with torch.no_grad():  # a router at site 2 that sends the two tasks' activations to experts 0 and 1
+        h = model.base_model[1](model.base_model[0](X2))
+        direction = h[:60].mean(0) - h[60:].mean(0)
+        model.base_model[2].router.weight.copy_(torch.stack([direction, -direction, 0 * direction]) * 50)
+    routed = _routing(model, X2, torch.arange(2).repeat_interleave(60), 2, seed=0)
+    assert routed["per_site"]["2"] > 0.3 and routed["mi_shuffled"] < routed["mi"] / 5
