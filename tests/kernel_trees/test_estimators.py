@@ -144,6 +144,72 @@ def test_refined_trees_recover_kernel_kmeans_on_rings(circles, Tree):
     assert "cluster" in tree.export_text()
 
 
+def test_taylor_features_sum_to_the_gaussian_kernel_wherever_the_data_lie():
+    """sum_j phi_j(x) phi_j(y) = exp(-g (x - y)^2) per coordinate: the coefficient sqrt((2g)^j / j!) and the
+    factor exp(-g u^2) are both needed, and centring makes it hold far from 0."""
+    rng = np.random.RandomState(0)
+    for loc in (0.0, 100.0):
+        X = loc + rng.randn(30, 2)
+        features = build_features("taylor", X, "rbf", gamma=0.7, taylor_degree=40)
+        Phi = features.transform(X)
+        K = np.ones((30, 30))
+        for i in range(2):
+            cols = features.coordinates == i
+            K *= Phi[:, cols] @ Phi[:, cols].T
+        np.testing.assert_allclose(K, np.exp(-0.7 * ((X[:, None] - X[None]) ** 2).sum(-1)), rtol=1e-9, atol=1e-12)
+    # one feature by hand: degree 2 at u = x - mean = 0.5, gamma 0.7: sqrt(1.4^2 / 2) 0.25 exp(-0.175)
+    X = np.array([[0.0], [1.0]])
+    f = build_features("taylor", X, "rbf", gamma=0.7, taylor_degree=2)
+    assert f.transform(np.array([[1.0]]))[0, 2] == pytest.approx(np.sqrt(1.4**2 / 2) * 0.25 * np.exp(-0.175))
+
+
+def test_taylor_trees_are_translation_invariant(circles):
+    X, _ = circles
+    near = KernelIMM(2, gamma=5.0, features="taylor", random_state=0).fit(X)
+    far = KernelIMM(2, gamma=5.0, features="taylor", random_state=0).fit(X + 100.0)
+    np.testing.assert_array_equal(near.labels_, far.labels_)
+    assert near.price_ == pytest.approx(far.price_)
+
+
+def test_exkmc_point_cost_is_the_squared_distance_to_the_cluster_mean_in_feature_space(blobs):
+    """cost(i -> C) = K_ii - 2 mean_j K_ij + mean K_CC = ||x_i - mu_C||^2 for the linear kernel."""
+    X, y = blobs
+    w = KernelExKMC(3, kernel="linear", features="raw")._point_costs(X @ X.T, y)
+    brute = np.stack([((X - X[y == c].mean(0)) ** 2).sum(1) for c in range(3)], axis=1)
+    np.testing.assert_allclose(w, brute, atol=1e-9)
+    mistakes = KernelExpand(3)._point_costs(X @ X.T, y)
+    np.testing.assert_array_equal(mistakes, (y[:, None] != np.arange(3)[None]).astype(float))
+
+
+@pytest.mark.parametrize("Tree", [KernelExKMC, KernelExpand])
+def test_every_leaf_takes_its_cheapest_cluster(Tree):
+    X, _ = make_blobs(240, centers=4, cluster_std=2.5, random_state=3)
+    tree = Tree(4, gamma=0.05, max_leaves=7, random_state=0).fit(X)
+    K = kmeans_module.pairwise_kernel(X, X, "rbf", 0.05)
+    w = tree._point_costs(K, tree.kernel_kmeans_.labels_)
+    leaf_of = tree.tree_.apply(X)
+    for leaf in tree.tree_.leaves:
+        rows = leaf_of == leaf
+        if rows.any():
+            costs = w[rows].sum(0)
+            assert costs[tree.tree_.nodes[leaf].label] == pytest.approx(costs.min()), leaf
+
+
+@pytest.mark.parametrize("Tree", [KernelExKMC, KernelExpand])
+def test_refinement_relabels_the_imm_leaves_before_cutting(Tree, blobs):
+    """Kernel IMM's leaves keep the label of the centre they hold; the refined trees first give every
+    leaf its cheapest cluster. Corrupt the labels and refine with no cut to make: they come back."""
+    X, _ = blobs
+    tree = Tree(3, gamma=0.1, max_leaves=3, random_state=0).fit(X)
+    leaves = tree.tree_.leaves
+    fitted = [tree.tree_.nodes[leaf].label for leaf in leaves]
+    for leaf, label in zip(leaves, np.roll(fitted, 1)):
+        tree.tree_.nodes[leaf].label = int(label)
+    K = kmeans_module.pairwise_kernel(X, X, "rbf", 0.1)
+    tree._refine(X, K, tree.kernel_kmeans_.labels_)
+    assert [tree.tree_.nodes[leaf].label for leaf in leaves] == fitted
+
+
 def test_plot_partition_draws_two_dimensional_data(circles):
     import matplotlib.pyplot as plt
 
@@ -197,13 +263,21 @@ def test_given_clustering_must_match(circles):
     kkm = KernelKMeans(2, gamma=5.0, random_state=0).fit(X[:50])
     with pytest.raises(ValueError, match="was fitted on 50 samples"):
         KernelIMM(2, gamma=5.0, kernel_kmeans=kkm).fit(X)
+    kkm = KernelKMeans(2, gamma=5.0, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="fitted with gamma=5, this tree uses gamma=2; give both the same gamma"):
+        KernelIMM(2, gamma=2.0, kernel_kmeans=kkm).fit(X)
+    with pytest.raises(ValueError, match="fitted with kernel='rbf', this tree uses kernel='laplace'"):
+        KernelExKMC(2, kernel="laplace", gamma=5.0, kernel_kmeans=kkm).fit(X)
+    default = KernelKMeans(2, random_state=0).fit(X)  # gamma=None is 1 / n_features = 0.5 on both sides
+    KernelIMM(2, gamma=0.5, kernel_kmeans=default).fit(X)
 
 
 # --- scikit-learn's estimator checks --------------------------------------------------------------------------------
 
 
 @parametrize_with_checks([KernelKMeans(n_clusters=2, n_init=2), IMM(n_clusters=2),
-                          KernelIMM(n_clusters=2), KernelExKMC(n_clusters=2, max_leaves=3)])
+                          KernelIMM(n_clusters=2), KernelIMM(n_clusters=2, features="taylor"),
+                          KernelExKMC(n_clusters=2, max_leaves=3), KernelExpand(n_clusters=2, max_leaves=3)])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 

@@ -221,6 +221,7 @@ class KernelIMM(_TreeClusterMixin, ClusterMixin, BaseEstimator):
         else:
             check_is_fitted(self.kernel_kmeans)
             _check_given_clustering(self.kernel_kmeans, X, self.n_clusters, "kernel_kmeans")
+            _check_same_kernel(self.kernel_kmeans, self.kernel, self.gamma, X.shape[1])
             self.kernel_kmeans_ = self.kernel_kmeans
         gamma = resolve_gamma(self.gamma, X.shape[1])
         K = pairwise_kernel(X, X, self.kernel, gamma)
@@ -334,3 +335,15 @@ def _check_given_clustering(model, X: np.ndarray, n_clusters: int, name: str) ->
                          f"({X.shape[0]} samples)")
     if model.n_clusters != n_clusters:
         raise ValueError(f"{name}.n_clusters={model.n_clusters} differs from n_clusters={n_clusters}")
+
+
+def _check_same_kernel(model, kernel, gamma, n_features: int) -> None:
+    """The tree's features and costs use the tree's kernel: a clustering made with another would be
+    explained in the wrong feature space."""
+    if model.kernel != kernel:
+        raise ValueError(f"kernel_kmeans was fitted with kernel={model.kernel!r}, this tree uses kernel={kernel!r}; "
+                         f"give both the same kernel")
+    ours, theirs = resolve_gamma(gamma, n_features), resolve_gamma(model.gamma, n_features)
+    if not np.isclose(ours, theirs, rtol=1e-12, atol=0):
+        raise ValueError(f"kernel_kmeans was fitted with gamma={theirs:g}, this tree uses gamma={ours:g}; give both "
+                         f"the same gamma")

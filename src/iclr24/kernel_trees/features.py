@@ -8,8 +8,11 @@ intervals on that coordinate: the tree is explained in input space (the paper's
 - ``kernel_matrix``: for product kernels (Gaussian, Laplace) ``phi_{i,m}(x) = k_1(x_i, X_{m,i})``,
   one feature per coordinate and training value; a cut ``phi > t`` is an interval around
   ``X_{m,i}``.
-- ``taylor``: for the Gaussian kernel ``phi_{i,j}(x) = sqrt((2g)^j / j!) x_i^j exp(-g x_i^2)``,
-  ``j = 0..degree``; a cut is a union of at most two intervals.
+- ``taylor``: for the Gaussian kernel ``phi_{i,j}(x) = sqrt((2g)^j / j!) u^j exp(-g u^2)`` with
+  ``u = x_i - c_i``, ``j = 0..degree``; a cut is a union of at most two intervals. The centre ``c``
+  (the training mean) changes nothing in the kernel, which depends on ``x - y`` only, but keeps the
+  truncated expansion accurate: around 0, data at ``x = 100`` would give features that underflow
+  to 0. Summed over all degrees, ``sum_j phi_{i,j}(x) phi_{i,j}(y) = exp(-g (x_i - y_i)^2)``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
+from scipy.special import gammaln
 
 __all__ = ["SurrogateFeatures", "build_features"]
 
@@ -39,6 +43,8 @@ class SurrogateFeatures:
         The input coordinate each feature reads.
     params : ndarray of shape (n_features_out,)
         The anchor value (``kernel_matrix``) or the degree ``j`` (``taylor``) of each feature.
+    centres : ndarray of shape (n_features_out,) or None
+        ``taylor``: the centre of each feature's coordinate.
     """
 
     kind: str
@@ -46,6 +52,7 @@ class SurrogateFeatures:
     gamma: float
     coordinates: np.ndarray
     params: np.ndarray
+    centres: np.ndarray | None = None
 
     @property
     def n_features_out(self) -> int:
@@ -64,9 +71,10 @@ class SurrogateFeatures:
             if self.kernel == "rbf":
                 return np.exp(-self.gamma * (x - p) ** 2)
             return np.exp(-self.gamma * np.abs(x - p))
-        j = p.astype(int)
-        coef = np.sqrt((2 * self.gamma) ** j / np.array([math.factorial(int(v)) for v in np.ravel(j)]).reshape(j.shape))
-        return coef * x**j * np.exp(-self.gamma * x**2)
+        j = p.astype(float)
+        coef = np.exp(0.5 * (j * math.log(2 * self.gamma) - gammaln(j + 1)))  # sqrt((2g)^j / j!), any degree
+        u = x - self.centres[features]
+        return coef * u**j * np.exp(-self.gamma * u**2)
 
     def name(self, f: int, feature_names=None) -> str:
         coord = self.coordinates[f]
@@ -75,7 +83,7 @@ class SurrogateFeatures:
             return x
         if self.kind == "kernel_matrix":
             return f"k({x}, {self.params[f]:.4g})"
-        return f"taylor{int(self.params[f])}({x})"
+        return f"taylor{int(self.params[f])}({x} - {self.centres[f]:.4g})"
 
     def superlevel(self, f: int, threshold: float) -> tuple[Interval, ...]:
         """Intervals of the coordinate where ``phi_f > threshold`` (open, sorted, disjoint)."""
@@ -89,7 +97,8 @@ class SurrogateFeatures:
             return [float(self.params[f])]
         j = int(self.params[f])
         s = math.sqrt(j / (2 * self.gamma)) if j else 0.0
-        return sorted({0.0, -s, s}) if j != 1 else [-s, s]
+        c = float(self.centres[f])
+        return [c + v for v in (sorted({0.0, -s, s}) if j != 1 else [-s, s])]
 
     def _limits(self, f: int) -> tuple[float, float]:
         return (-math.inf, math.inf) if self.kind == "raw" else (0.0, 0.0)
@@ -167,6 +176,7 @@ def build_features(kind: str, X: np.ndarray, kernel, gamma: float, taylor_degree
         if kernel != "rbf":
             raise ValueError(f"features='taylor' needs the Gaussian kernel ('rbf'), got kernel={kernel!r}")
         degrees = np.arange(taylor_degree + 1)
-        return SurrogateFeatures("taylor", "rbf", gamma, np.repeat(np.arange(d), len(degrees)),
-                                 np.tile(degrees, d).astype(float))
+        coordinates = np.repeat(np.arange(d), len(degrees))
+        return SurrogateFeatures("taylor", "rbf", gamma, coordinates, np.tile(degrees, d).astype(float),
+                                 X.mean(axis=0)[coordinates])
     raise ValueError(f"unknown features={kind!r}; expected 'kernel_matrix', 'taylor' or 'raw'")
