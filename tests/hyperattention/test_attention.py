@@ -41,9 +41,22 @@ def test_equals_exact_attention_when_blocks_or_samples_cover_every_key(dtype, ca
     torch.testing.assert_close(lse, torch.logsumexp(scores, -1), atol=TOL[dtype] * 10, rtol=TOL[dtype])
 
 
-def test_uses_exact_attention_up_to_min_seq_len():
+def test_uses_exact_attention_below_min_seq_len_as_the_official_code():
+    """Exact for n < min_seq_len, approximated from n = min_seq_len (non-causal) and from
+    2 * min_seq_len (causal: the halves must reach the cut-off)."""
     q, k, v = qkv(1, 2, 256, 8)
-    out, _ = hyper_attention(q, k, v, causal=True, block_size=4, sample_size=4, min_seq_len=256)
+    kw = {"block_size": 4, "sample_size": 4, "generator": torch.Generator().manual_seed(0)}
+    for causal, exact_at in ((False, 257), (True, 129)):  # causal: the 128-long halves reach a cut-off of 128
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(hyper_attention(q, k, v, causal=causal, min_seq_len=exact_at, **kw)[0], ref)
+        approx, _ = hyper_attention(q, k, v, causal=causal, min_seq_len=exact_at - 1, **kw)
+        assert not torch.allclose(approx, ref, atol=1e-3)
+
+
+@pytest.mark.parametrize("min_seq_len", [0, 1])
+def test_tiny_cut_offs_still_end_the_causal_recursion(min_seq_len):
+    q, k, v = qkv(1, 1, 7, 4)
+    out, _ = hyper_attention(q, k, v, causal=True, block_size=2, sample_size=8, min_seq_len=min_seq_len)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
@@ -282,11 +295,11 @@ def test_patch_sdpa_routes_long_sequences_and_restores():
     original = F.scaled_dot_product_attention
     with patch_sdpa(block_size=16, sample_size=16, min_seq_len=64):
         approx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        short = F.scaled_dot_product_attention(q[..., :64, :], k[..., :64, :], v[..., :64, :], is_causal=True)
+        short = F.scaled_dot_product_attention(q[..., :127, :], k[..., :127, :], v[..., :127, :], is_causal=True)
     assert F.scaled_dot_product_attention is original
     assert not torch.allclose(approx, exact)
     torch.testing.assert_close(approx[..., :64, :], exact[..., :64, :])  # causal leaves are exact
-    torch.testing.assert_close(short, exact[..., :64, :])
+    torch.testing.assert_close(short, exact[..., :127, :])  # below 2 * min_seq_len causal: SDPA itself
 
 
 def test_scale_causal_and_empty_queries_are_checked():
@@ -336,6 +349,10 @@ def test_sort_lsh_puts_clustered_queries_with_their_keys():
 
     sorted_error = error(torch.randn(d, 7, generator=torch.Generator().manual_seed(2)))
     assert sorted_error < 0.6 * error(torch.zeros(d, 7))
+    # lsh_num_projs=0 is that control: blocks in the input order
+    unsorted, _ = hyper_attention(q, k, v, block_size=64, sample_size=64, min_seq_len=0, lsh_num_projs=0,
+                                  generator=torch.Generator().manual_seed(1))
+    assert ((unsorted - exact).norm() / exact.norm()).item() == pytest.approx(error(torch.zeros(d, 7)), rel=1e-6)
 
 
 def test_query_and_key_blocks_stay_aligned_when_n_is_not_a_multiple_of_the_block_size():

@@ -1,5 +1,7 @@
 import math
 
+import pytest
+
 from iclr24.core import get_experiment, run
 from iclr24.hyperattention.experiment import clustered_qkv
 
@@ -35,3 +37,24 @@ def test_claims_that_cannot_be_measured_do_not_hold(tmp_path):
     for statement in ("run time grows near-linearly in n, exact attention quadratically",
                       "approximation error stays bounded as n grows"):
         assert not claims[statement]["holds"] and claims[statement]["measured"].startswith("not measured")
+
+
+def test_the_probe_language_rewards_attention_and_the_floor_counts_tokens():
+    import math
+
+    import torch
+
+    from iclr24.hyperattention.tiny_lm import RepeatedSegments, bag_of_tokens_perplexity
+
+    x = RepeatedSegments(vocab_size=50, segment=5).sample(3, 23, torch.Generator().manual_seed(0))
+    assert x.shape == (3, 23)
+    assert torch.equal(x[:, 5:10], x[:, :5]) and torch.equal(x[:, 15:20], x[:, 10:15])
+    assert not torch.equal(x[:, 10:15], x[:, :5])
+    # the floor by hand: tokens [1, 1, 2] in a vocabulary of 3, add-one counts
+    p = [(1 + 1) / (1 + 3), (0 + 1) / (2 + 3)]  # token 1 after one 1; token 2 after two 1s
+    assert bag_of_tokens_perplexity(torch.tensor([[1, 1, 2]]), 3) == pytest.approx(math.exp(-sum(map(math.log, p)) / 2))
+
+
+def test_segments_must_fit_twice_in_the_context():
+    with pytest.raises(ValueError, match=r"lm_segment must be in \[1, lm_context / 2 = 256\]"):
+        get_experiment("hyperattention").config("quick", ["lm_segment=300"])

@@ -18,8 +18,8 @@ HyperAttention splits ``A`` into the few large entries and the rest:
 4. Both parts come back as ``(out, lse)`` and are merged exactly by log-sum-exp.
 
 Causal masking (Sec. 4, Alg. 4) recurses: the two diagonal halves are causal
-sub-problems, the lower-left block is unmasked and uses steps 1-4. Sequences of at
-most ``min_seq_len`` queries use exact attention.
+sub-problems, the lower-left block is unmasked and uses steps 1-4. Sequences of fewer
+than ``min_seq_len`` queries use exact attention (as in the official code).
 
 Shapes follow ``torch.nn.functional.scaled_dot_product_attention``: ``q`` is
 ``(*batch, n_q, d)``, ``k`` is ``(*batch, n_k, d)``, ``v`` is ``(*batch, n_k, d_v)``;
@@ -62,9 +62,10 @@ class HyperAttentionConfig:
         LSH blocks (uniform sampling alone, an ablation).
     sample_size: key columns sampled for the residual (``m``); ``>= n`` uses every key;
         0 drops the residual (LSH blocks alone, an ablation).
-    lsh_num_projs: random hyperplanes of sortLSH (``r``); ``2^r`` buckets.
-    min_seq_len: sequences of at most this many queries use exact attention (the official code: fewer than
-        this many; see docs/hyperattention.md).
+    lsh_num_projs: random hyperplanes of sortLSH (``r``); ``2^r`` buckets. 0 keeps the input order
+        (blocks without sortLSH, an ablation).
+    min_seq_len: sequences of fewer than this many queries use exact attention, as in the official code.
+        A causal sequence is first halved, so it is approximated only from ``2 * min_seq_len``.
     """
 
     block_size: int = 256
@@ -77,7 +78,7 @@ class HyperAttentionConfig:
         check_int("sample_size", self.sample_size, minimum=0)
         if self.block_size == 0 and self.sample_size == 0:
             raise ValueError("block_size and sample_size cannot both be 0: nothing would be attended")
-        check_int("lsh_num_projs", self.lsh_num_projs, minimum=1)
+        check_int("lsh_num_projs", self.lsh_num_projs, minimum=0)
         if self.lsh_num_projs > 16:
             raise ValueError(f"lsh_num_projs must be <= 16 (2^r buckets), got {self.lsh_num_projs}")
         check_int("min_seq_len", self.min_seq_len, minimum=0)
@@ -232,7 +233,7 @@ def _noncausal(
 ) -> tuple[Tensor, Tensor]:
     B, n_q, d = q.shape
     n_k, d_v = k.shape[1], v.shape[-1]
-    if n_q <= cfg.min_seq_len:
+    if n_q < max(cfg.min_seq_len, 1):
         return exact_attention(q, k, v, scale=scale)
     if cfg.block_size == 0:  # ablation: uniform sampling alone, nothing excluded
         index, log_weight = _sample_columns(B, n_k, cfg.sample_size, generator, q.device)
@@ -309,7 +310,7 @@ def _causal(
     projections: Tensor, generator: torch.Generator | None,
 ) -> tuple[Tensor, Tensor]:
     n = q.shape[1]
-    if n <= cfg.min_seq_len:
+    if n < max(cfg.min_seq_len, 2):  # a single query cannot be halved further
         return exact_attention(q, k, v, causal=True, scale=scale)
     h = n // 2
     # [ causal(top-left)          0          ]

@@ -3,11 +3,12 @@
 1. Speed: time of HyperAttention and of exact attention (torch SDPA, whose CPU kernel is
    a flash-attention kernel) over n, causal and not; power-law exponents and speed-ups.
 2. Error: relative Frobenius error of the output on clustered inputs (realistic,
-   non-uniform attention) over n, and against sample size, with the two ablations
-   (LSH blocks alone, uniform sampling alone).
+   non-uniform attention) over n, and against sample size, with three ablations
+   (LSH blocks alone, uniform sampling alone, blocks in the input order without sortLSH).
 3. Model quality: a small causal transformer trained on a language that needs
-   long-range recall, evaluated with the attention of its final half of layers (and of
-   all layers) replaced by HyperAttention, as the paper does with ChatGLM2.
+   long-range recall (random segments, each repeated), checked to beat a bag-of-tokens
+   floor by a wide margin, then evaluated with the attention of its final half of layers
+   (and of all layers) replaced by HyperAttention, as the paper does with ChatGLM2.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ from iclr24.core import Claim, Result, RunContext, experiment, fit_power_law, in
 from iclr24.core.timing import median_ratio  # noqa: E402
 from iclr24.hyperattention.attention import hyper_attention  # noqa: E402
 from iclr24.hyperattention.module import HyperAttention  # noqa: E402
-from iclr24.hyperattention.tiny_lm import LexiconLanguage, TinyLM, TinyLMConfig  # noqa: E402
+from iclr24.hyperattention.tiny_lm import (  # noqa: E402
+    RepeatedSegments,
+    TinyLM,
+    TinyLMConfig,
+    bag_of_tokens_perplexity,
+)
 
 PAPER = "HyperAttention: Long-context Attention in Near-Linear Time (Han et al., ICLR 2024)"
 PAPER_SPEEDUP = 5.0  # single causal attention layer, n = 131k, vs FlashAttention, A100 (Fig. 4)
@@ -38,7 +44,7 @@ PAPER_PPL = (5.6, 6.3)  # ChatGLM2-32k, LongBench, final half of the layers repl
 CLAIM_SCALING = "run time grows near-linearly in n, exact attention quadratically"
 CLAIM_SPEED = "faster than exact attention beyond a crossover length, widening with n"
 CLAIM_ERROR = "approximation error stays bounded as n grows"
-CLAIM_ABLATION = "sortLSH blocks and column sampling together beat either alone"
+CLAIM_ABLATION = "sortLSH blocks and column sampling together beat either alone, and sortLSH beats unsorted blocks"
 CLAIM_PPL = "replacing the final half of the layers costs little perplexity"
 
 
@@ -64,6 +70,7 @@ class Config:
     error_seeds: int = 3
     # model quality: the tiny LM, its training, and HyperAttention scaled to its context
     lm_context: int = 512
+    lm_segment: int = 64  # the repeated segments' length: the distance induction must reach back
     lm_layers: int = 2
     lm_steps: int = 600
     lm_batch: int = 8
@@ -76,6 +83,9 @@ class Config:
     def __post_init__(self) -> None:
         if not self.ns or any(n < 2 for n in self.ns):
             raise ValueError(f"ns must hold sequence lengths >= 2, got {self.ns}")
+        if not 1 <= self.lm_segment <= self.lm_context // 2:
+            raise ValueError(f"lm_segment must be in [1, lm_context / 2 = {self.lm_context // 2}] so that a "
+                             f"segment's copy fits in the context, got {self.lm_segment}")
         if self.lm_layers < 2 or self.lm_layers % 2:
             raise ValueError(f"lm_layers must be even and >= 2 (half are replaced), got {self.lm_layers}")
 
@@ -84,11 +94,11 @@ PRESETS = {
     "smoke": Config(ns=(512, 1024, 2048), hyper_only_ns=(4096,), repeats=1, block_size=64, sample_size=64,
                     min_seq_len=256,
                     n_clusters=16, error_n=1024, sample_sizes=(32, 128), error_seeds=1,
-                    lm_context=64, lm_steps=4, lm_batch=2, lm_eval_sequences=2, lm_block_size=8,
+                    lm_context=64, lm_segment=16, lm_steps=4, lm_batch=2, lm_eval_sequences=2, lm_block_size=8,
                     lm_sample_size=8, lm_min_seq_len=16),
     "quick": Config(),
     "paper": Config(ns=(8192, 16384, 32768, 65536, 131072), hyper_only_ns=(), heads=32, repeats=3, error_n=32768,
-                    lm_context=2048, lm_layers=4, lm_steps=3000, lm_block_size=128, lm_sample_size=128,
+                    lm_context=2048, lm_segment=256, lm_layers=4, lm_steps=3000, lm_block_size=128, lm_sample_size=128,
                     lm_min_seq_len=256),
 }
 
@@ -109,15 +119,18 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     # 1. Speed ----------------------------------------------------------------------------------
     rows = _time_sweep(cfg, ctx, hyper_kw)
     tables["speed"] = rows
-    approx_ns = [n for n in cfg.ns if n > cfg.min_seq_len]  # where the approximation runs
+    # where the approximation runs: n >= min_seq_len, and causal from 2 min_seq_len (the halves must reach it)
+    approximated = {c: [n for n in cfg.ns if n >= cfg.min_seq_len * (2 if c else 1)] for c in (False, True)}
+    approx_ns = approximated[False]
     exponents, fit_ranges = {}, {}
     for causal in (False, True):
         mask = "causal" if causal else "noncausal"
-        both = [r for r in rows if r["causal"] == causal and r["n"] in approx_ns and r["exact_s"] is not None]
+        both = [r for r in rows if r["causal"] == causal and r["n"] in approximated[causal]
+                and r["exact_s"] is not None]
         for r in rows:
             if r["causal"] == causal and r["exact_s"] is not None:
                 timings[f"speedup_{mask}@{r['n']}"] = r["speedup"]
-        hyper = [r for r in rows if r["causal"] == causal and r["n"] > cfg.min_seq_len]
+        hyper = [r for r in rows if r["causal"] == causal and r["n"] >= cfg.min_seq_len * (2 if causal else 1)]
         if len(both) >= 2 and len(hyper) >= 2:
             exponents[f"hyper_{mask}"] = fit_power_law([r["n"] for r in hyper], [r["hyper_s"] for r in hyper])
             exponents[f"exact_{mask}"] = fit_power_law([r["n"] for r in both], [r["exact_s"] for r in both])
@@ -131,25 +144,26 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         metrics[f"rel_error_clustered@{n}"] = e
     ctx.log(f"relative error on clustered inputs by n: { {n: round(e, 4) for n, e in errors.items()} }")
     variants = {"hyper": hyper_kw, "blocks_only": {**hyper_kw, "sample_size": 0},
-                "sampling_only": {**hyper_kw, "block_size": 0}}
+                "sampling_only": {**hyper_kw, "block_size": 0}, "unsorted_blocks": {**hyper_kw, "lsh_num_projs": 0}}
     for m in cfg.sample_sizes:
         variants[f"hyper@{m}"] = {**hyper_kw, "sample_size": m}
         variants[f"sampling_only@{m}"] = {**hyper_kw, "sample_size": m, "block_size": 0}
     at_error_n = _errors(cfg, ctx, cfg.error_n, variants)
     sweep = [{"sample_size": m, "hyper": at_error_n[f"hyper@{m}"], "sampling_only": at_error_n[f"sampling_only@{m}"]}
              for m in cfg.sample_sizes]
-    at_default, blocks_only, sampling_only = (at_error_n[k] for k in ("hyper", "blocks_only", "sampling_only"))
+    at_default, blocks_only, sampling_only, unsorted = (
+        at_error_n[k] for k in ("hyper", "blocks_only", "sampling_only", "unsorted_blocks"))
     tables["error_vs_sample_size"] = sweep
     figures["error_vs_sample_size.png"] = _plot_errors(sweep, blocks_only, cfg)
     metrics.update({"rel_error_hyper": at_default, "rel_error_blocks_only": blocks_only,
-                    "rel_error_sampling_only": sampling_only})
+                    "rel_error_sampling_only": sampling_only, "rel_error_unsorted_blocks": unsorted})
 
     # 3. Model quality ------------------------------------------------------------------------------
     ppl = _perplexity_cost(cfg, ctx)
     metrics.update({f"ppl_{k}": v for k, v in ppl.items()})
 
     # Claims -----------------------------------------------------------------------------------------
-    # A claim that cannot be measured (fewer than two lengths above min_seq_len) does not hold.
+    # A claim that cannot be measured (fewer than two approximated lengths) does not hold.
     claims = []
     fitted = bool(exponents)
     claims.append(Claim(
@@ -158,7 +172,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                   f"n={fit_ranges['hyper'][0]}..{fit_ranges['hyper'][1]} vs exact "
                   f"{exponents['exact_noncausal']:.2f} (causal {exponents['exact_causal']:.2f}) over "
                   f"n={fit_ranges['exact'][0]}..{fit_ranges['exact'][1]}") if fitted
-        else "not measured: fewer than two lengths above min_seq_len",
+        else "not measured: fewer than two lengths at or above min_seq_len",
         holds=fitted and max(exponents["hyper_noncausal"], exponents["hyper_causal"]) <= 1.3
         and min(exponents["exact_noncausal"], exponents["exact_causal"]) >= 1.7,
         criterion="fitted exponent of time ~ n^p: HyperAttention <= 1.3 and exact >= 1.7 (both masks)",
@@ -167,37 +181,48 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     speed = {c: {r["n"]: r["speedup"] for r in rows if r["causal"] == c and r["exact_s"] is not None}
              for c in (False, True)}
     crossover = {c: next((n for n in sorted(speed[c]) if speed[c][n] > 1.0), None) for c in (False, True)}
+    # the speed-up must grow from the shortest length HyperAttention approximates at, per mask
+    shortest = {c: min((n for n in approximated[c] if n in speed[c]), default=None) for c in (False, True)}
+
+    def at_shortest(c: bool) -> str:
+        return f"{speed[c][shortest[c]]:.2f}x at n={shortest[c]}" if shortest[c] else "none approximated"
     claims.append(Claim(
         CLAIM_SPEED, paper=f"{PAPER_SPEEDUP:.0f}x at n=131k, causal, one layer, vs FlashAttention (A100)",
         measured=(f"{speed[True][longest]:.2f}x causal, {speed[False][longest]:.2f}x non-causal at n={longest} (CPU, "
-                  f"vs SDPA); faster from n={crossover[True]} causal, n={crossover[False]} non-causal"),
-        holds=all(speed[c][longest] > 1.0 and speed[c][longest] > speed[c][min(cfg.ns)] for c in (False, True)),
-        criterion="speed-up at the longest n > 1 and larger than at the shortest n (both masks)",
+                  f"vs SDPA); faster from n={crossover[True]} causal, n={crossover[False]} non-causal; at the "
+                  f"shortest approximated n: {at_shortest(True)} causal, {at_shortest(False)} non-causal"),
+        holds=all(shortest[c] is not None and shortest[c] < longest and speed[c][longest] > 1.0
+                  and speed[c][longest] > speed[c][shortest[c]] for c in (False, True)),
+        criterion="speed-up at the longest n > 1 and larger than at the shortest approximated n (min_seq_len "
+                  "non-causal, 2 min_seq_len causal), both masks",
     ))
     first, last = (errors[approx_ns[0]], errors[approx_ns[-1]]) if len(errors) >= 2 else (None, None)
     claims.append(Claim(
         CLAIM_ERROR, paper="spectral-norm error guarantee independent of n under bounded hardness (Thm. 1)",
         measured=(f"relative error {first:.3f} at n={approx_ns[0]}, {last:.3f} at n={approx_ns[-1]} (clustered)"
-                  if first is not None else "not measured: fewer than two lengths above min_seq_len"),
+                  if first is not None else "not measured: fewer than two lengths at or above min_seq_len"),
         holds=first is not None and last <= 1.25 * first,
         criterion="relative Frobenius error at the longest n <= 1.25x that at the shortest",
     ))
     claims.append(Claim(
         CLAIM_ABLATION, paper="LSH finds the large entries, sampling the rest (Sec. 3); no number given",
         measured=(f"relative error {at_default:.3f} together, {blocks_only:.3f} blocks only, "
-                  f"{sampling_only:.3f} sampling only (n={cfg.error_n})"),
-        holds=at_default < min(blocks_only, sampling_only),
-        criterion="error of both together < error of each alone, same inputs and seeds",
+                  f"{sampling_only:.3f} sampling only, {unsorted:.3f} with blocks in the input order "
+                  f"(n={cfg.error_n})"),
+        holds=at_default < min(blocks_only, sampling_only, unsorted),
+        criterion="error of sortLSH blocks + sampling < error of blocks alone, of sampling alone, and of unsorted "
+                  "blocks + sampling; same inputs and seeds",
     ))
     increase = ppl["half"] / ppl["exact"] - 1
     paper_increase = PAPER_PPL[1] / PAPER_PPL[0] - 1
     claims.append(Claim(
         CLAIM_PPL, paper=f"perplexity {PAPER_PPL[0]} -> {PAPER_PPL[1]} (+{paper_increase:.1%}), ChatGLM2-32k",
         measured=(f"perplexity {ppl['exact']:.2f} -> {ppl['half']:.2f} (+{increase:.1%}); all layers "
-                  f"{ppl['all']:.2f}; context-free floor {ppl['uniform']:.0f} (tiny LM, n={cfg.lm_context})"),
-        holds=increase <= 2 * paper_increase and ppl["exact"] < 0.9 * ppl["uniform"],
+                  f"{ppl['all']:.2f}; bag-of-tokens floor {ppl['bag_of_tokens']:.1f} (tiny LM trained on repeated "
+                  f"{cfg.lm_segment}-token segments, n={cfg.lm_context})"),
+        holds=increase <= 2 * paper_increase and ppl["exact"] < 0.5 * ppl["bag_of_tokens"],
         criterion=(f"relative increase <= 2x the paper's ({2 * paper_increase:.0%}), and the model uses its "
-                   "context (exact perplexity < 0.9x the context-free floor)"),
+                   "attention: exact perplexity < 0.5x that of counting the tokens seen so far"),
     ))
     notes = (f"CPU, {torch.get_num_threads()} torch thread(s); exact attention is torch SDPA. Speed on Gaussian "
              f"inputs (1 x {cfg.heads} heads x n x {cfg.head_dim}); error on clustered inputs ({cfg.n_clusters} "
@@ -308,7 +333,7 @@ def _plot_errors(sweep: list[dict], blocks_only: float, cfg: Config):
 
 
 def _perplexity_cost(cfg: Config, ctx: RunContext) -> dict[str, float]:
-    language = LexiconLanguage(vocab_size=128, n_words=16, word_len=6)
+    language = RepeatedSegments(vocab_size=128, segment=cfg.lm_segment)
     model = TinyLM(TinyLMConfig(vocab_size=128, context=cfg.lm_context, n_layers=cfg.lm_layers))
     gen = torch.Generator().manual_seed(ctx.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lm_lr)
@@ -337,6 +362,6 @@ def _perplexity_cost(cfg: Config, ctx: RunContext) -> dict[str, float]:
             return math.exp(swapped.loss(test).item())
 
     result = {"exact": perplexity(0), "half": perplexity(cfg.lm_layers // 2), "all": perplexity(cfg.lm_layers),
-              "uniform": float(language.vocab_size)}
+              "bag_of_tokens": bag_of_tokens_perplexity(test, language.vocab_size)}
     ctx.log(f"perplexity: {result}")
     return result

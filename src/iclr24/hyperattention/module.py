@@ -104,7 +104,8 @@ def patch_sdpa(
 
     For models you do not want to edit (e.g. a transformers model with
     ``attn_implementation="sdpa"``). Calls that HyperAttention cannot serve exactly as
-    asked (an ``attn_mask``, dropout, GQA, or at most ``min_seq_len`` queries) go to the
+    asked (an ``attn_mask``, dropout, GQA), or that it would compute exactly (fewer than ``min_seq_len``
+    queries, ``2 * min_seq_len`` causal), go to the
     original function. The LSH hyperplanes are drawn per call from the global generator.
 
     Example:
@@ -118,7 +119,8 @@ def patch_sdpa(
     original = functional.scaled_dot_product_attention
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if attn_mask is not None or dropout_p or enable_gqa or query.shape[-2] <= cfg.min_seq_len:
+        exact_below = cfg.min_seq_len * (2 if is_causal else 1)  # where HyperAttention would be exact anyway
+        if attn_mask is not None or dropout_p or enable_gqa or query.shape[-2] < exact_below:
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
         out, _ = hyper_attention(query, key, value, causal=is_causal, scale=scale, block_size=cfg.block_size,
