@@ -7,6 +7,7 @@ the command exits 1 (``run all`` finishes the others first).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_exp
 from iclr24.core.report import build_report
 from iclr24.core.runner import RunRecord, latest_run
 from iclr24.core.runner import run as run_experiment
+from iclr24.core.seeds import parse_seeds, write_seed_group
 
 app = typer.Typer(
     add_completion=False,
@@ -84,6 +86,8 @@ def run_command(
     name: str = typer.Argument(..., help="A method name, or 'all'."),
     preset: str = typer.Option("quick", "--preset", "-p", help=f"One of {', '.join(PRESETS)}."),
     seed: int = typer.Option(0, "--seed", help="Seed for python, numpy and torch."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Several seeds, e.g. 0,1,2 or 0-4: one run each, "
+                                        "plus a seed group that counts in how many seeds each claim holds."),
     overrides: Optional[list[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
     out: Path = typer.Option(Path("runs"), "--out", help="Folder for run folders."),
     report_dir: Path = typer.Option(Path("report"), "--report-dir", help="Where the report is rebuilt."),
@@ -106,6 +110,13 @@ def run_command(
         os.environ["ICLR24_LLM"] = llm
     if not 0 <= seed < 2**63:
         raise _user_error(f"--seed must be in [0, 2**63), got {seed}")
+    if seeds is not None:
+        try:
+            seed_list = parse_seeds(seeds)
+        except ValueError as err:
+            raise _user_error(str(err)) from None
+    else:
+        seed_list = [seed]
     experiments = _resolve(name)
     overrides = overrides or []
     if preset not in PRESETS:
@@ -123,15 +134,21 @@ def run_command(
 
     failed = []
     for exp in experiments:
-        try:
-            record = run_experiment(exp, preset=preset, seed=seed, overrides=overrides, runs_dir=out, quiet=quiet,
-                                    threads=threads)
-        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
-            err_console.print(f"{exp.name}: interrupted ({err or 'Ctrl-C'}); an unfinished run leaves nothing behind")
-            raise typer.Exit(130) from None
-        _print_record(record)
-        if not record.ok:
-            failed.append(record)
+        records = []
+        for s in seed_list:
+            try:
+                record = run_experiment(exp, preset=preset, seed=s, overrides=overrides, runs_dir=out, quiet=quiet,
+                                        threads=threads)
+            except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
+                err_console.print(f"{exp.name}: interrupted ({err or 'Ctrl-C'}); an unfinished run leaves nothing "
+                                  f"behind")
+                raise typer.Exit(130) from None
+            _print_record(record)
+            records.append(record)
+            if not record.ok:
+                failed.append(record)
+        if len(records) > 1:
+            _print_group(write_seed_group(out, records))
     if report:
         path = build_report(out, report_dir, list_experiments())
         console.print(f"report: {path}")
@@ -141,6 +158,18 @@ def run_command(
             err_console.print(record.result.get("traceback", ""), markup=False, highlight=False)
         err_console.print(f"{len(failed)} of {len(experiments)} runs failed: {', '.join(r.name for r in failed)}")
         raise typer.Exit(1)
+
+
+def _print_group(path: Path) -> None:
+    group = json.loads(path.read_text(encoding="utf-8"))
+    table = Table(title=f"{group['name']} over seeds {group['seeds']} -> {path.parent}")
+    table.add_column("claim")
+    table.add_column("holds in")
+    for statement, c in group["claims"].items():
+        table.add_row(statement, f"{c['holds']}/{c['of']} seeds")
+    console.print(table)
+    if group["failed_seeds"]:
+        err_console.print(f"{group['name']}: seeds {group['failed_seeds']} failed")
 
 
 def _print_record(record: RunRecord) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from iclr24.core.io import write_bytes_atomic, write_text_atomic
 from iclr24.core.runner import RunRecord, latest_runs
+from iclr24.core.seeds import latest_seed_group
 
 __all__ = ["build_report"]
 
@@ -56,14 +57,17 @@ def build_report(
     runs_dir, out_dir = Path(runs_dir), Path(out_dir)
     records = latest_runs(runs_dir)
     names = sorted(set(records) | {e.name for e in experiments or []})
+    # a seed group is shown when the latest run belongs to it (a later single run supersedes it)
+    groups = {name: group for name, record in records.items()
+              if (group := latest_seed_group(runs_dir, name)) and record.run_dir.name in group.get("runs", [])}
     papers = {e.name: e.paper for e in experiments or []}
     environments = {name: _read_json(r.run_dir / "environment.json") for name, r in records.items()}
     newest = max(records.values(), key=lambda r: r.result.get("started_at", ""), default=None)
     env = environments.get(newest.name, {}) if newest else {}
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    html_text = _html(names, records, papers, env, environments)
-    md_text = _markdown(names, records, papers, env, out_dir)
+    html_text = _html(names, records, papers, env, environments, groups)
+    md_text = _markdown(names, records, papers, env, out_dir, groups)
     write_text_atomic(out_dir / "README.md", md_text)
     return write_text_atomic(out_dir / "index.html", html_text)
 
@@ -71,8 +75,10 @@ def build_report(
 # --- shared rows ------------------------------------------------------------------------------------
 
 
-def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[str, str]) -> list[dict[str, str]]:
+def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[str, str],
+                  groups: dict[str, dict] | None = None) -> list[dict[str, str]]:
     rows = []
+    groups = groups or {}
     for name in names:
         record = records.get(name)
         if record is None:
@@ -85,8 +91,11 @@ def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[
             rows.append({"method": name, "paper": r.get("paper", ""), "claim": "run failed",
                          "paper_value": "", "measured": r.get("error", ""), "holds": "failed", "time": time_s})
             continue
+        group_claims = groups.get(name, {}).get("claims", {})
         for claim in r.get("claims", []) or [{}]:
+            over = group_claims.get(claim.get("statement"))
             rows.append({
+                "seeds": f"holds in {over['holds']}/{over['of']} seeds" if over else "",
                 "method": name,
                 "paper": r.get("paper", ""),
                 "claim": claim.get("statement", "(no claims)"),
@@ -127,10 +136,11 @@ def _fmt(value: Any) -> str:
 # --- HTML -------------------------------------------------------------------------------------------
 
 
-def _html(names, records, papers, env, environments) -> str:
+def _html(names, records, papers, env, environments, groups=None) -> str:
     e = html.escape
+    groups = groups or {}
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rows = _summary_rows(names, records, papers)
+    rows = _summary_rows(names, records, papers, groups)
     held = sum(r["holds"] == "yes" for r in rows)
     checked = sum(r["holds"] in ("yes", "no") for r in rows)
     out = [
@@ -149,16 +159,18 @@ def _html(names, records, papers, env, environments) -> str:
         out.append(
             f"<tr><td><a href='#{e(row['method'])}'>{e(row['method'])}</a></td><td>{e(row['claim'])}</td>"
             f"<td>{e(row['paper_value'])}</td><td>{e(row['measured'])}</td>"
-            f"<td class='{cls}'>{e(row['holds'])}</td><td class='num'>{e(row['time'])}</td></tr>"
+            f"<td class='{cls}'>{e(row['holds'])}{'<br>' + e(row['seeds']) if row.get('seeds') else ''}</td>"
+            f"<td class='num'>{e(row['time'])}</td></tr>"
         )
     out.append("</tbody></table>")
     for name in names:
-        out.extend(_html_section(name, records.get(name), papers, environments.get(name, {})))
+        out.extend(_html_section(name, records.get(name), papers, environments.get(name, {}), groups.get(name)))
     out.append("</body></html>\n")
     return "\n".join(out)
 
 
-def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], env: dict[str, Any]) -> list[str]:
+def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], env: dict[str, Any],
+                  group: dict | None = None) -> list[str]:
     e = html.escape
     out = [f"<section id='{e(name)}'><h2>{e(name)}</h2>"]
     if record is None:
@@ -182,6 +194,8 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
             out.append(f"<tr><td>{e(c['statement'])}</td><td>{e(c.get('criterion', ''))}</td><td>{e(c['paper'])}</td>"
                        f"<td>{e(c['measured'])}</td><td class='{cls}'>{'yes' if c['holds'] else 'no'}</td></tr>")
         out.append("</tbody></table>")
+    if group:
+        out.extend(_html_group(group))
     if r.get("notes"):
         out.append(f"<p>{e(r['notes'])}</p>")
     for title, values in (("metrics", r.get("metrics", {})), ("timings (machine-dependent)", r.get("timings", {}))):
@@ -201,6 +215,17 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
     return out
 
 
+def _html_group(group: dict) -> list[str]:
+    """Claims counted over the seeds, and each metric's spread: the tables above are the latest seed's."""
+    claims = [{"claim": s, "holds in": f"{c['holds']}/{c['of']} seeds"} for s, c in group.get("claims", {}).items()]
+    metrics = [{"metric": k, "mean": m["mean"], "std": m["std"],
+                "95% interval": "–" if m.get("ci95") is None else f"{m['ci95'][0]:.4g} .. {m['ci95'][1]:.4g}",
+                "seeds": m["n"]} for k, m in group.get("metrics", {}).items()]
+    failed = group.get("failed_seeds") or []
+    title = f"over seeds {group.get('seeds')}" + (f" (failed: {failed})" if failed else "")
+    return _html_table(f"claims {title}", claims) + _html_table(f"metrics {title}", metrics)
+
+
 def _html_table(title: str, rows: list[dict[str, Any]]) -> list[str]:
     e = html.escape
     if not rows:
@@ -216,7 +241,7 @@ def _html_table(title: str, rows: list[dict[str, Any]]) -> list[str]:
 # --- Markdown ---------------------------------------------------------------------------------------
 
 
-def _markdown(names, records, papers, env, out_dir: Path) -> str:
+def _markdown(names, records, papers, env, out_dir: Path, groups=None) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -228,7 +253,8 @@ def _markdown(names, records, papers, env, out_dir: Path) -> str:
         "| method | claim | paper | measured here | holds | time |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for row in _summary_rows(names, records, papers):
+    for row in _summary_rows(names, records, papers, groups):
+        row = {**row, "holds": f"{row['holds']} ({row['seeds']})" if row.get("seeds") else row["holds"]}
         lines.append("| " + " | ".join(cell(row[k]) for k in
                                        ("method", "claim", "paper_value", "measured", "holds", "time")) + " |")
     for name in names:

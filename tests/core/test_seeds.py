@@ -1,0 +1,75 @@
+"""Seed groups: parsing --seeds, the aggregate record, the CLI and the report."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from iclr24 import cli
+from iclr24.core.runner import RunRecord, latest_run
+from iclr24.core.seeds import latest_seed_group, parse_seeds, summarize_seeds, write_seed_group
+
+
+@pytest.mark.parametrize("text, seeds", [("0,1,2", [0, 1, 2]), ("0-4", [0, 1, 2, 3, 4]), ("7, 0-2,2", [0, 1, 2, 7]),
+                                         ("5", [5])])
+def test_seeds_parse_lists_and_ranges(text, seeds):
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text, message", [("", "must list seeds like"), ("a", "bad part 'a'"),
+                                           ("-1", "bad part '-1'"), ("3-1", "runs backwards; write 1-3"),
+                                           ("0-20000", "holds 20001 seeds; at most 10000"),
+                                           (str(2**63), r"must be in \[0, 2\*\*63\)")])
+def test_bad_seeds_are_refused_naming_the_option(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_seeds(text)
+
+
+def record(seed, metric, holds, status="ok", name="toy"):
+    result = {"name": name, "seed": seed, "status": status, "preset": "smoke", "metrics": {"m": metric, "flag": True},
+              "claims": [{"statement": "c", "holds": holds}]}
+    return RunRecord(name=name, run_dir=Path(f"/runs/{name}/2026010{seed}T000000Z"), result=result)
+
+
+def test_summary_known_values():
+    group = summarize_seeds([record(0, 1.0, True), record(1, 2.0, False), record(2, 3.0, True),
+                             record(3, 99.0, True, status="failed")])
+    m = group["metrics"]["m"]
+    assert (m["mean"], m["std"], m["n"]) == (2.0, 1.0, 3)  # the failed seed counts nowhere
+    half = 4.302652729911275 / math.sqrt(3)  # Student t, 2 degrees of freedom, 97.5%
+    assert m["ci95"] == pytest.approx([2 - half, 2 + half])
+    assert "flag" not in group["metrics"]  # booleans are not metrics to average
+    assert group["claims"]["c"] == {"holds_in": [0, 2], "fails_in": [1], "holds": 2, "of": 3}
+    assert group["failed_seeds"] == [3] and group["seeds"] == [0, 1, 2, 3]
+    single = summarize_seeds([record(0, 1.0, True)])
+    assert single["metrics"]["m"]["ci95"] is None and single["metrics"]["m"]["std"] == 0.0
+    with pytest.raises(ValueError, match="runs of one experiment"):
+        summarize_seeds([record(0, 1.0, True), record(1, 1.0, True, name="other")])
+
+
+def test_a_group_folder_is_never_taken_for_a_run(tmp_path):
+    runs = [record(0, 1.0, True), record(1, 2.0, True)]
+    first = write_seed_group(tmp_path, runs)
+    second = write_seed_group(tmp_path, runs)  # same second: the next suffix, nothing overwritten
+    assert first != second and first.parent.name.startswith("seeds-") and second.parent.name.endswith("-2")
+    assert latest_seed_group(tmp_path, "toy")["seeds"] == [0, 1]
+    assert latest_run(tmp_path, "toy") is None and latest_seed_group(tmp_path, "missing") is None
+
+
+def test_cli_runs_each_seed_and_the_report_counts_the_claims(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["run", "toy", "--preset", "smoke", "--quiet", "--seeds", "0-2"])
+    assert result.exit_code == 0, result.output
+    runs = [d for d in (tmp_path / "runs" / "toy").iterdir() if not d.name.startswith("seeds-")]
+    assert sorted(json.loads((d / "result.json").read_text())["seed"] for d in runs) == [0, 1, 2]
+    group = latest_seed_group(tmp_path / "runs", "toy")
+    assert group["claims"]["mean is small"]["of"] == 3 and "3/3 seeds" in result.output
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert "holds in 3/3 seeds" in html and "95% interval" in html
+    # a later single run supersedes the group in the report
+    assert CliRunner().invoke(cli.app, ["run", "toy", "--preset", "smoke", "--quiet", "--seed", "5"]).exit_code == 0
+    assert "holds in 3/3 seeds" not in (tmp_path / "report" / "index.html").read_text()
+    bad = CliRunner().invoke(cli.app, ["run", "toy", "--seeds", "2-1"])
+    assert bad.exit_code == 2 and "runs backwards" in bad.output
