@@ -17,10 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
 from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
 from iclr24.core.report import build_report
 from iclr24.core.runner import RunRecord, latest_run
-from iclr24.core.runner import run as run_experiment
 from iclr24.core.seeds import parse_seeds, write_seed_group
 
 app = typer.Typer(
@@ -88,6 +88,10 @@ def run_command(
     seed: int = typer.Option(0, "--seed", help="Seed for python, numpy and torch."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Several seeds, e.g. 0,1,2 or 0-4: one run each, "
                                         "plus a seed group that counts in how many seeds each claim holds."),
+    executor: str = typer.Option("local", "--executor", help="local (this process) or ray (Ray tasks; extra "
+                                 "'cluster')."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. auto); by default a "
+                                          "local one is started."),
     overrides: Optional[list[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
     out: Path = typer.Option(Path("runs"), "--out", help="Folder for run folders."),
     report_dir: Path = typer.Option(Path("report"), "--report-dir", help="Where the report is rebuilt."),
@@ -117,6 +121,15 @@ def run_command(
             raise _user_error(str(err)) from None
     else:
         seed_list = [seed]
+    if executor not in EXECUTORS:
+        raise _user_error(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "ray":
+        try:
+            require_ray()
+        except ImportError as err:
+            raise _user_error(str(err)) from None
+    elif address is not None:
+        raise _user_error("--address joins a Ray cluster; use it with --executor ray")
     experiments = _resolve(name)
     overrides = overrides or []
     if preset not in PRESETS:
@@ -132,23 +145,17 @@ def run_command(
     if report:
         _check_writable_folder("--report-dir", report_dir)
 
-    failed = []
-    for exp in experiments:
-        records = []
-        for s in seed_list:
-            try:
-                record = run_experiment(exp, preset=preset, seed=s, overrides=overrides, runs_dir=out, quiet=quiet,
-                                        threads=threads)
-            except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
-                err_console.print(f"{exp.name}: interrupted ({err or 'Ctrl-C'}); an unfinished run leaves nothing "
-                                  f"behind")
-                raise typer.Exit(130) from None
-            _print_record(record)
-            records.append(record)
-            if not record.ok:
-                failed.append(record)
-        if len(records) > 1:
-            _print_group(write_seed_group(out, records))
+    jobs = [Job(exp.name, preset, s, tuple(overrides)) for exp in experiments for s in seed_list]
+    try:
+        records = run_jobs(jobs, runs_dir=out, executor=executor, address=address, quiet=quiet, threads=threads,
+                           on_record=_print_record)
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
+        err_console.print(f"interrupted ({err or 'Ctrl-C'}); an unfinished run leaves nothing behind")
+        raise typer.Exit(130) from None
+    failed = [record for record in records if not record.ok]
+    if len(seed_list) > 1:
+        for exp in experiments:
+            _print_group(write_seed_group(out, [r for r in records if r.name == exp.name]))
     if report:
         path = build_report(out, report_dir, list_experiments())
         console.print(f"report: {path}")

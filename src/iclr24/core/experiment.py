@@ -181,6 +181,7 @@ class Experiment:
     claims: tuple[str, ...] = ()
     description: str = ""
     default_preset: str = "quick"
+    num_cpus: int = 1  # the cores one run uses: what a Ray task asks for (--executor ray)
 
     @property
     def config_class(self) -> type:
@@ -208,6 +209,7 @@ def experiment(
     presets: Mapping[str, Any],
     claims: Sequence[str] = (),
     description: str = "",
+    num_cpus: int = 1,
 ) -> Callable[[Callable[[Any, RunContext], Result]], Experiment]:
     """Register a reproduction under ``name``.
 
@@ -226,6 +228,8 @@ def experiment(
         that does not report every declared claim fails.
     description : str
         One line shown by ``iclr24 list``.
+    num_cpus : int
+        The cores one run keeps busy; a Ray task asks for this many (default 1).
 
     Examples
     --------
@@ -250,6 +254,8 @@ def experiment(
             f"experiment {name!r}: presets must include 'smoke' and 'quick' and be among {PRESETS}; "
             f"missing {missing}, unknown {unknown}"
         )
+    if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
+        raise ValueError(f"experiment {name!r}: num_cpus must be an int >= 1, got {num_cpus!r}")
     classes = {type(cfg) for cfg in presets.values()}
     if len(classes) != 1 or not dataclasses.is_dataclass(next(iter(classes))):
         raise TypeError(f"experiment {name!r}: presets must be instances of one dataclass, got {classes}")
@@ -262,6 +268,7 @@ def experiment(
             fn=fn,
             claims=tuple(claims),
             description=description or _first_line(fn.__doc__),
+            num_cpus=num_cpus,
         )
         previous = _REGISTRY.get(name)
         # Re-importing the same module (importlib.reload, notebooks) re-registers the same

@@ -1,0 +1,153 @@
+"""Where runs execute: in this process (``local``) or as Ray tasks on a cluster (``ray``).
+
+Either way the driver writes every run folder, with the same layout and the same atomic
+publish as :func:`iclr24.core.runner.run`: a Ray worker runs the experiment into a private
+temporary folder and sends the folder's files back. A task that raises, or a worker that dies,
+becomes a failed record in the driver, never a partial folder; Ctrl-C cancels what is still
+outstanding.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import os
+import shutil
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iclr24.core.experiment import get_experiment
+from iclr24.core.io import write_bytes_atomic, write_json_atomic
+from iclr24.core.runner import _HOST, RESULT_SCHEMA, RunRecord, _publish, load_run
+from iclr24.core.runner import run as run_local
+
+__all__ = ["EXECUTORS", "Job", "require_ray", "run_jobs"]
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (method, seed) run."""
+
+    name: str
+    preset: str
+    seed: int
+    overrides: tuple[str, ...] = ()
+
+
+def require_ray():
+    """Import Ray, or fail naming the extra that provides it."""
+    try:
+        import ray
+    except ImportError as err:
+        raise ImportError("--executor ray needs Ray: pip install 'iclr24[cluster]'") from err
+    return ray
+
+
+def run_jobs(jobs: Sequence[Job], *, runs_dir: str | os.PathLike, executor: str = "local", address: str | None = None,
+             quiet: bool = False, threads: int | None = 1,
+             on_record: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
+    """Run every job and return their records in the jobs' order; ``on_record`` sees each as it finishes."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    on_record = on_record or (lambda record: None)
+    if executor == "local":
+        records = []
+        for job in jobs:
+            records.append(run_local(job.name, preset=job.preset, seed=job.seed, overrides=list(job.overrides),
+                                     runs_dir=runs_dir, quiet=quiet, threads=threads))
+            on_record(records[-1])
+        return records
+    return _run_on_ray(jobs, Path(runs_dir), address, quiet, threads, on_record)
+
+
+def _worker_run(job: Job, quiet: bool, threads: int | None) -> dict[str, bytes]:
+    """In a Ray worker: run the job into a private folder; the run folder's files, by relative path."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="iclr24-") as scratch:
+        record = run_local(job.name, preset=job.preset, seed=job.seed, overrides=list(job.overrides),
+                           runs_dir=scratch, quiet=quiet, threads=threads)
+        return {str(p.relative_to(record.run_dir)): p.read_bytes()
+                for p in sorted(record.run_dir.rglob("*")) if p.is_file()}
+
+
+def _run_on_ray(jobs: Sequence[Job], runs_dir: Path, address: str | None, quiet: bool, threads: int | None,
+                on_record: Callable[[RunRecord], None], task: Callable | None = None) -> list[RunRecord]:
+    ray = require_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
+                 runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith("ICLR24_")}})
+    remote = ray.remote(max_retries=0)(task or _worker_run)
+    pending = {}
+    try:
+        for i, job in enumerate(jobs):
+            cpus = get_experiment(job.name).num_cpus
+            pending[remote.options(num_cpus=cpus).remote(job, quiet, threads)] = i
+        records: list[RunRecord | None] = [None] * len(jobs)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            i = pending.pop(done[0])
+            try:
+                records[i] = adopt_run(runs_dir, jobs[i].name, ray.get(done[0]))
+            except Exception as err:  # the task raised or its worker died: a failed record, not a lost run
+                records[i] = write_failed_run(runs_dir, jobs[i], f"{type(err).__name__}: {err}",
+                                              traceback.format_exc())
+            on_record(records[i])
+        return records
+    except BaseException:  # Ctrl-C (or a failure writing): cancel what is still outstanding
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def adopt_run(runs_dir: Path, name: str, files: dict[str, bytes]) -> RunRecord:
+    """Write a run folder's files (from a worker) under ``runs_dir/name`` with the runner's atomic publish."""
+    if "result.json" not in files:
+        raise ValueError(f"a run of {name} came back without result.json ({sorted(files)[:5]})")
+    parent, now = runs_dir / name, _dt.datetime.now(_dt.timezone.utc)
+    tmp = _claim_tmp(parent, now)
+    try:
+        for relative, data in files.items():
+            target = (tmp / relative).resolve()
+            if tmp.resolve() not in target.parents:
+                raise ValueError(f"a run of {name} came back with a path outside its folder: {relative!r}")
+            write_bytes_atomic(target, data)
+        return load_run(_publish(tmp, parent, now.strftime("%Y%m%dT%H%M%SZ")))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing partial is left behind
+        raise
+
+
+def write_failed_run(runs_dir: Path, job: Job, error: str, tb: str) -> RunRecord:
+    """A failed record for a run whose worker raised or died before it could record anything itself."""
+    exp = get_experiment(job.name)
+    parent, now = runs_dir / job.name, _dt.datetime.now(_dt.timezone.utc)
+    tmp = _claim_tmp(parent, now)
+    result: dict[str, Any] = {"schema": RESULT_SCHEMA, "name": exp.name, "paper": exp.paper, "preset": job.preset,
+                              "seed": job.seed, "started_at": now.isoformat(timespec="seconds"), "status": "failed",
+                              "wall_time_s": 0.0, "error": error, "traceback": tb}
+    write_json_atomic(tmp / "result.json", result)
+    return RunRecord(name=job.name, run_dir=_publish(tmp, parent, now.strftime("%Y%m%dT%H%M%SZ")), result=result)
+
+
+def _claim_tmp(parent: Path, now: _dt.datetime) -> Path:
+    """A fresh temporary folder named as the runner names its own (so stale ones are swept alike)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = now.strftime("%Y%m%dT%H%M%S%f")
+    for k in itertools.count():
+        tmp = parent / f".tmp-{stamp}{k or ''}-{_HOST}-{os.getpid()}"
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")

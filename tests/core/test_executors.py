@@ -1,0 +1,85 @@
+"""The Ray executor: the same run folders and metrics as the local one, failed records, no orphans."""
+
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from iclr24 import cli
+from iclr24.core.executors import Job, _run_on_ray, run_jobs
+from iclr24.core.runner import latest_run
+from iclr24.core.seeds import latest_seed_group
+
+ray = pytest.importorskip("ray")
+
+JOBS = [Job("orthogonal_classifier", "smoke", 0), Job("orthogonal_classifier", "smoke", 1),
+        Job("kernel_trees", "smoke", 0), Job("kernel_trees", "smoke", 1)]
+
+
+def raylets() -> int:
+    return int(subprocess.run(["pgrep", "-fc", "raylet"], capture_output=True, text=True).stdout.strip() or 0)
+
+
+def test_a_cluster_started_for_the_runs_is_shut_down_after_them(tmp_path):
+    # first in the module: no cluster is up yet, so run_jobs starts one and must stop it
+    assert not ray.is_initialized()
+    before = raylets()
+    (record,) = run_jobs([Job("orthogonal_classifier", "smoke", 0)], runs_dir=tmp_path, executor="ray", quiet=True)
+    assert record.ok and not ray.is_initialized() and raylets() <= before
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    before = raylets()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    assert raylets() <= before  # no orphan Ray processes
+
+
+def test_ray_runs_write_the_same_folders_and_metrics_as_local_runs(cluster, tmp_path):
+    seen = []
+    remote = run_jobs(JOBS, runs_dir=tmp_path / "ray", executor="ray", quiet=True, on_record=seen.append)
+    local = run_jobs(JOBS, runs_dir=tmp_path / "local", executor="local", quiet=True)
+    assert len(seen) == 4 and all(r.ok for r in remote)
+    for a, b in zip(remote, local):
+        assert (a.name, a.result["seed"]) == (b.name, b.result["seed"])
+        assert a.result["metrics"] == b.result["metrics"]
+        assert [c["holds"] for c in a.result["claims"]] == [c["holds"] for c in b.result["claims"]]
+        assert sorted(p.name for p in a.run_dir.iterdir()) == sorted(p.name for p in b.run_dir.iterdir())
+        assert a.run_dir.parent == tmp_path / "ray" / a.name
+    assert not list((tmp_path / "ray").glob("*/.tmp-*"))  # nothing temporary left
+
+
+def test_a_task_that_raises_becomes_a_failed_record(cluster, tmp_path):
+    def explode(job, quiet, threads):
+        raise RuntimeError(f"worker for seed {job.seed} blew up")
+
+    (record,) = _run_on_ray([Job("kernel_trees", "smoke", 3)], tmp_path, None, True, 1, lambda r: None,
+                            task=explode)
+    assert not record.ok and "blew up" in record.result["error"] and record.result["seed"] == 3
+    assert latest_run(tmp_path, "kernel_trees").result["status"] == "failed"
+    assert [p.name for p in record.run_dir.iterdir()] == ["result.json"]
+
+
+def test_cli_runs_seeds_on_ray_and_writes_the_group(cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["run", "orthogonal_classifier", "--preset", "smoke", "--quiet",
+                                          "--seeds", "0-1", "--executor", "ray", "--no-report"])
+    assert result.exit_code == 0, result.output
+    assert latest_seed_group(tmp_path / "runs", "orthogonal_classifier")["seeds"] == [0, 1]
+
+
+def test_executor_errors_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = CliRunner().invoke(cli.app, ["run", "kernel_trees", "--executor", "dask"])
+    assert bad.exit_code == 2 and "--executor must be one of local, ray, got 'dask'" in bad.output
+    bad = CliRunner().invoke(cli.app, ["run", "kernel_trees", "--address", "auto"])
+    assert bad.exit_code == 2 and "--address joins a Ray cluster" in bad.output
+
+    def missing():
+        raise ImportError("--executor ray needs Ray: pip install 'iclr24[cluster]'")
+
+    monkeypatch.setattr(cli, "require_ray", missing)
+    bad = CliRunner().invoke(cli.app, ["run", "kernel_trees", "--executor", "ray"])
+    assert bad.exit_code == 2 and "pip install 'iclr24[cluster]'" in bad.output
