@@ -10,7 +10,6 @@ outstanding.
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import os
 import shutil
 import traceback
@@ -21,7 +20,7 @@ from typing import Any
 
 from iclr24.core.experiment import get_experiment
 from iclr24.core.io import write_bytes_atomic, write_json_atomic
-from iclr24.core.runner import _HOST, RESULT_SCHEMA, RunRecord, _publish, load_run
+from iclr24.core.runner import RESULT_SCHEMA, RunRecord, _publish, load_run, new_tmp_folder
 from iclr24.core.runner import run as run_local
 
 __all__ = ["EXECUTORS", "Job", "require_ray", "run_jobs"]
@@ -114,7 +113,7 @@ def adopt_run(runs_dir: Path, name: str, files: dict[str, bytes]) -> RunRecord:
     if "result.json" not in files:
         raise ValueError(f"a run of {name} came back without result.json ({sorted(files)[:5]})")
     parent, now = runs_dir / name, _dt.datetime.now(_dt.timezone.utc)
-    tmp = _claim_tmp(parent, now)
+    tmp = new_tmp_folder(parent, now)
     try:
         for relative, data in files.items():
             target = (tmp / relative).resolve()
@@ -131,23 +130,9 @@ def write_failed_run(runs_dir: Path, job: Job, error: str, tb: str) -> RunRecord
     """A failed record for a run whose worker raised or died before it could record anything itself."""
     exp = get_experiment(job.name)
     parent, now = runs_dir / job.name, _dt.datetime.now(_dt.timezone.utc)
-    tmp = _claim_tmp(parent, now)
+    tmp = new_tmp_folder(parent, now)
     result: dict[str, Any] = {"schema": RESULT_SCHEMA, "name": exp.name, "paper": exp.paper, "preset": job.preset,
                               "seed": job.seed, "started_at": now.isoformat(timespec="seconds"), "status": "failed",
                               "wall_time_s": 0.0, "error": error, "traceback": tb}
     write_json_atomic(tmp / "result.json", result)
     return RunRecord(name=job.name, run_dir=_publish(tmp, parent, now.strftime("%Y%m%dT%H%M%SZ")), result=result)
-
-
-def _claim_tmp(parent: Path, now: _dt.datetime) -> Path:
-    """A fresh temporary folder named as the runner names its own (so stale ones are swept alike)."""
-    parent.mkdir(parents=True, exist_ok=True)
-    stamp = now.strftime("%Y%m%dT%H%M%S%f")
-    for k in itertools.count():
-        tmp = parent / f".tmp-{stamp}{k or ''}-{_HOST}-{os.getpid()}"
-        try:
-            tmp.mkdir()
-            return tmp
-        except FileExistsError:
-            continue
-    raise AssertionError("unreachable")

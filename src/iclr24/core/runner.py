@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -155,8 +156,7 @@ def run(
     parent = Path(runs_dir) / exp.name
     parent.mkdir(parents=True, exist_ok=True)
     _sweep_stale(parent)
-    tmp = parent / f".tmp-{started.strftime('%Y%m%dT%H%M%S%f')}-{_HOST}-{os.getpid()}"
-    tmp.mkdir()
+    tmp = new_tmp_folder(parent, started)
     log_file = open(tmp / "log.txt", "a", encoding="utf-8")
 
     def log(message: str) -> None:
@@ -251,6 +251,21 @@ def _sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def new_tmp_folder(parent: Path, now: _dt.datetime) -> Path:
+    """A fresh hidden ``.tmp-<time>-<host>-<pid>`` folder under ``parent``, where a run is built before
+    :func:`_publish` renames it into place (and where :func:`_sweep_stale` finds the ones of dead processes)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = now.strftime("%Y%m%dT%H%M%S%f")
+    for k in itertools.count():
+        tmp = parent / f".tmp-{stamp}{k or ''}-{_HOST}-{os.getpid()}"
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
 
 
 def _publish(tmp: Path, parent: Path, stamp: str) -> Path:
