@@ -85,7 +85,7 @@ def _latest_summary(record: RunRecord | None) -> str:
 def run_command(
     name: str = typer.Argument(..., help="A method name, or 'all'."),
     preset: str = typer.Option("quick", "--preset", "-p", help=f"One of {', '.join(PRESETS)}."),
-    seed: int = typer.Option(0, "--seed", help="Seed for python, numpy and torch."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for python, numpy and torch (default 0)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Several seeds, e.g. 0,1,2 or 0-4: one run each, "
                                         "plus a seed group that counts in how many seeds each claim holds."),
     executor: str = typer.Option("local", "--executor", help="local (this process) or ray (Ray tasks; extra "
@@ -112,15 +112,17 @@ def run_command(
         except ValueError as err:
             raise _user_error(f"--llm: {err}") from None
         os.environ["ICLR24_LLM"] = llm
-    if not 0 <= seed < 2**63:
+    if seed is not None and not 0 <= seed < 2**63:
         raise _user_error(f"--seed must be in [0, 2**63), got {seed}")
+    if seed is not None and seeds is not None:
+        raise _user_error(f"--seed {seed} and --seeds {seeds!r} both choose seeds; give one of them")
     if seeds is not None:
         try:
             seed_list = parse_seeds(seeds)
         except ValueError as err:
             raise _user_error(str(err)) from None
     else:
-        seed_list = [seed]
+        seed_list = [0 if seed is None else seed]
     if executor not in EXECUTORS:
         raise _user_error(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if executor == "ray":
@@ -146,16 +148,24 @@ def run_command(
         _check_writable_folder("--report-dir", report_dir)
 
     jobs = [Job(exp.name, preset, s, tuple(overrides)) for exp in experiments for s in seed_list]
+    finished: dict[str, list[RunRecord]] = {}
+
+    def on_record(record: RunRecord) -> None:
+        _print_record(record)
+        finished.setdefault(record.name, []).append(record)
+        if len(seed_list) > 1 and len(finished[record.name]) == len(seed_list):  # the method's group is complete
+            _print_group(write_seed_group(out, sorted(finished[record.name], key=lambda r: r.result["seed"])))
+
     try:
         records = run_jobs(jobs, runs_dir=out, executor=executor, address=address, quiet=quiet, threads=threads,
-                           on_record=_print_record)
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the runner left nothing partial behind
-        err_console.print(f"interrupted ({err or 'Ctrl-C'}); an unfinished run leaves nothing behind")
+                           on_record=on_record)
+    except ValueError as err:  # a run the executor cannot place (e.g. more CPUs than a local cluster has)
+        raise _user_error(str(err)) from None
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: finished runs stay published, nothing partial is left
+        err_console.print(f"interrupted ({str(err) or 'Ctrl-C'}); finished runs and seed groups are kept, an "
+                          f"unfinished run leaves nothing behind")
         raise typer.Exit(130) from None
     failed = [record for record in records if not record.ok]
-    if len(seed_list) > 1:
-        for exp in experiments:
-            _print_group(write_seed_group(out, [r for r in records if r.name == exp.name]))
     if report:
         path = build_report(out, report_dir, list_experiments())
         console.print(f"report: {path}")
@@ -163,7 +173,8 @@ def run_command(
         for record in failed:
             err_console.print(f"\n{record.name} failed ({record.run_dir}):", style="bold red")
             err_console.print(record.result.get("traceback", ""), markup=False, highlight=False)
-        err_console.print(f"{len(failed)} of {len(experiments)} runs failed: {', '.join(r.name for r in failed)}")
+        which = ", ".join(f"{r.name} (seed {r.result.get('seed')})" for r in failed)
+        err_console.print(f"{len(failed)} of {len(records)} runs failed: {which}")
         raise typer.Exit(1)
 
 

@@ -109,7 +109,7 @@ def test_run_all_runs_every_experiment_and_reports_failures_at_the_end(toys, tmp
     result = invoke("run", "all", "--preset", "smoke", "--quiet")
     assert result.exit_code == 1
     assert (tmp_path / "runs" / "toy").is_dir()  # ran after the first one failed
-    assert "1 of 2 runs failed: toy_forgetful" in result.output
+    assert "1 of 2 runs failed: toy_forgetful (seed 0)" in result.output
 
 
 def test_the_registry_and_list_work_without_optional_extras():

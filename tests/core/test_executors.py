@@ -1,5 +1,7 @@
 """The Ray executor: the same run folders and metrics as the local one, failed records, no orphans."""
 
+import datetime
+import json
 import subprocess
 
 import pytest
@@ -48,6 +50,9 @@ def test_ray_runs_write_the_same_folders_and_metrics_as_local_runs(cluster, tmp_
         assert [c["holds"] for c in a.result["claims"]] == [c["holds"] for c in b.result["claims"]]
         assert sorted(p.name for p in a.run_dir.iterdir()) == sorted(p.name for p in b.run_dir.iterdir())
         assert a.run_dir.parent == tmp_path / "ray" / a.name
+        started = datetime.datetime.fromisoformat(a.result["started_at"])
+        assert a.run_dir.name.startswith(started.strftime("%Y%m%dT%H%M%SZ"))  # named by its start, as locally
+        assert json.loads((a.run_dir / "environment.json").read_text())["executor"] == "ray"
     assert not list((tmp_path / "ray").glob("*/.tmp-*"))  # nothing temporary left
 
 
@@ -68,6 +73,12 @@ def test_cli_runs_seeds_on_ray_and_writes_the_group(cluster, tmp_path, monkeypat
                                           "--seeds", "0-1", "--executor", "ray", "--no-report"])
     assert result.exit_code == 0, result.output
     assert latest_seed_group(tmp_path / "runs", "orthogonal_classifier")["seeds"] == [0, 1]
+
+
+def test_a_run_that_needs_more_cpus_than_the_local_cluster_is_refused_up_front(cluster, tmp_path):
+    with pytest.raises(ValueError, match="needs 64 CPUs per run; the local Ray cluster has 2"):
+        run_jobs([Job("kernel_trees", "smoke", 0)], runs_dir=tmp_path, executor="ray", threads=64, quiet=True)
+    assert not (tmp_path / "kernel_trees").exists() or not any((tmp_path / "kernel_trees").iterdir())
 
 
 def test_executor_errors_are_one_line(tmp_path, monkeypatch):

@@ -20,7 +20,8 @@ def test_seeds_parse_lists_and_ranges(text, seeds):
 
 @pytest.mark.parametrize("text, message", [("", "must list seeds like"), ("a", "bad part 'a'"),
                                            ("-1", "bad part '-1'"), ("3-1", "runs backwards; write 1-3"),
-                                           ("0-20000", "holds 20001 seeds; at most 10000"),
+                                           ("0-20000", "holds more than 10000 seeds"),
+                                           ("0-9999,10000-19999", "holds more than 10000 seeds"),
                                            (str(2**63), r"must be in \[0, 2\*\*63\)")])
 def test_bad_seeds_are_refused_naming_the_option(text, message):
     with pytest.raises(ValueError, match=message):
@@ -44,7 +45,13 @@ def test_summary_known_values():
     assert group["claims"]["c"] == {"holds_in": [0, 2], "fails_in": [1], "holds": 2, "of": 3}
     assert group["failed_seeds"] == [3] and group["seeds"] == [0, 1, 2, 3]
     single = summarize_seeds([record(0, 1.0, True)])
-    assert single["metrics"]["m"]["ci95"] is None and single["metrics"]["m"]["std"] == 0.0
+    assert single["metrics"]["m"]["ci95"] is None and single["metrics"]["m"]["std"] is None  # undefined for one
+    nan = summarize_seeds([record(0, float("nan"), True), record(1, 4.0, True), record(2, float("inf"), True)])
+    assert (nan["metrics"]["m"]["mean"], nan["metrics"]["m"]["n"], nan["metrics"]["m"]["non_finite"]) == (4.0, 1, 2)
+    huge = summarize_seeds([record(0, 1e308, True), record(1, 1.7e308, True)])
+    assert huge["metrics"]["m"]["mean"] == float("inf")  # no OverflowError after the runs finished
+    with pytest.raises(ValueError, match="each seed once"):
+        summarize_seeds([record(0, 1.0, True), record(0, 2.0, True)])
     with pytest.raises(ValueError, match="runs of one experiment"):
         summarize_seeds([record(0, 1.0, True), record(1, 1.0, True, name="other")])
 
@@ -56,6 +63,18 @@ def test_a_group_folder_is_never_taken_for_a_run(tmp_path):
     assert first != second and first.parent.name.startswith("seeds-") and second.parent.name.endswith("-2")
     assert latest_seed_group(tmp_path, "toy")["seeds"] == [0, 1]
     assert latest_run(tmp_path, "toy") is None and latest_seed_group(tmp_path, "missing") is None
+    assert not list((tmp_path / "toy").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("content", ['"oops"', "[1]", '{"runs": 3}', '{"runs": [], "seeds": [], "claims": {"c": {}}, '
+                                     '"metrics": {}}', "{not json"])
+def test_a_damaged_group_is_skipped_with_a_warning(tmp_path, content):
+    good = write_seed_group(tmp_path, [record(0, 1.0, True), record(1, 2.0, True)])
+    bad = tmp_path / "toy" / "seeds-29990101T000000Z" / "summary.json"  # newer than the good one
+    bad.parent.mkdir()
+    bad.write_text(content)
+    with pytest.warns(UserWarning, match="skipping seed group"):
+        assert latest_seed_group(tmp_path, "toy")["runs"] == json.loads(good.read_text())["runs"]
 
 
 def test_cli_runs_each_seed_and_the_report_counts_the_claims(toys, tmp_path, monkeypatch):
@@ -73,3 +92,13 @@ def test_cli_runs_each_seed_and_the_report_counts_the_claims(toys, tmp_path, mon
     assert "holds in 3/3 seeds" not in (tmp_path / "report" / "index.html").read_text()
     bad = CliRunner().invoke(cli.app, ["run", "toy", "--seeds", "2-1"])
     assert bad.exit_code == 2 and "runs backwards" in bad.output
+    both = CliRunner().invoke(cli.app, ["run", "toy", "--seed", "5", "--seeds", "0,1"])
+    assert both.exit_code == 2 and "--seed 5 and --seeds '0,1' both choose seeds" in both.output
+
+
+def test_failed_seeds_are_named_and_counted(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["run", "toy", "--preset", "smoke", "--quiet", "--seeds", "0-2",
+                                          "--set", "fail=true"])
+    assert result.exit_code == 1 and "3 of 3 runs failed: toy (seed 0), toy (seed 1), toy (seed 2)" in result.output
+    assert latest_seed_group(tmp_path / "runs", "toy")["failed_seeds"] == [0, 1, 2]

@@ -10,8 +10,10 @@ outstanding.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shutil
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,12 +22,14 @@ from typing import Any
 
 from iclr24.core.experiment import get_experiment
 from iclr24.core.io import write_bytes_atomic, write_json_atomic
-from iclr24.core.runner import RESULT_SCHEMA, RunRecord, _publish, load_run, new_tmp_folder
+from iclr24.core.runner import _HOST, RESULT_SCHEMA, RunRecord, _pid_alive, _publish, load_run, new_tmp_folder
 from iclr24.core.runner import run as run_local
 
 __all__ = ["EXECUTORS", "Job", "require_ray", "run_jobs"]
 
 EXECUTORS = ("local", "ray")
+# environment variables a worker needs to see: our settings and the OpenAI-compatible server's
+_FORWARDED = ("ICLR24_", "OPENAI_")
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,23 @@ def run_jobs(jobs: Sequence[Job], *, runs_dir: str | os.PathLike, executor: str 
     return _run_on_ray(jobs, Path(runs_dir), address, quiet, threads, on_record)
 
 
+_SCRATCH = "iclr24-ray-"
+
+
 def _worker_run(job: Job, quiet: bool, threads: int | None) -> dict[str, bytes]:
-    """In a Ray worker: run the job into a private folder; the run folder's files, by relative path."""
+    """In a Ray worker: run the job into a private folder; the run folder's files, by relative path.
+
+    A cancelled task's worker is killed before it can clean up, so each task first removes the
+    scratch folders of this machine's dead workers (named with host and pid, as run folders are).
+    """
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="iclr24-") as scratch:
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{_SCRATCH}{_HOST}-*-*"):
+        pid = stale.name[len(_SCRATCH) + len(_HOST) + 1:].partition("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{_SCRATCH}{_HOST}-{os.getpid()}-") as scratch:
         record = run_local(job.name, preset=job.preset, seed=job.seed, overrides=list(job.overrides),
                            runs_dir=scratch, quiet=quiet, threads=threads)
         return {str(p.relative_to(record.run_dir)): p.read_bytes()
@@ -79,14 +95,20 @@ def _run_on_ray(jobs: Sequence[Job], runs_dir: Path, address: str | None, quiet:
                 on_record: Callable[[RunRecord], None], task: Callable | None = None) -> list[RunRecord]:
     ray = require_ray()
     started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, include_dashboard=False, log_to_driver=not quiet,
-                 runtime_env={"env_vars": {k: v for k, v in os.environ.items() if k.startswith("ICLR24_")}})
+    if started_here:  # without --address a fresh local cluster, whatever RAY_ADDRESS says
+        forwarded = {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)}
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=not quiet,
+                 runtime_env={"env_vars": forwarded})
     remote = ray.remote(max_retries=0)(task or _worker_run)
     pending = {}
     try:
-        for i, job in enumerate(jobs):
-            cpus = get_experiment(job.name).num_cpus
+        needs = [max(get_experiment(job.name).num_cpus, threads or 1) for job in jobs]  # the cores a run keeps busy
+        available = ray.cluster_resources().get("CPU", 0)
+        too_big = [(job.name, n) for job, n in zip(jobs, needs) if n > available]
+        if too_big and address is None:  # a local cluster cannot grow: those tasks would wait forever
+            raise ValueError(f"{too_big[0][0]} needs {too_big[0][1]} CPUs per run; the local Ray cluster has "
+                             f"{available:g} (lower --threads, or join a larger cluster with --address)")
+        for i, (job, cpus) in enumerate(zip(jobs, needs)):
             pending[remote.options(num_cpus=cpus).remote(job, quiet, threads)] = i
         records: list[RunRecord | None] = [None] * len(jobs)
         while pending:
@@ -113,6 +135,14 @@ def adopt_run(runs_dir: Path, name: str, files: dict[str, bytes]) -> RunRecord:
     if "result.json" not in files:
         raise ValueError(f"a run of {name} came back without result.json ({sorted(files)[:5]})")
     parent, now = runs_dir / name, _dt.datetime.now(_dt.timezone.utc)
+    try:  # named by when the run started, as a local run is, so the latest run is the same either way
+        started = _dt.datetime.fromisoformat(json.loads(files["result.json"])["started_at"])
+    except (ValueError, KeyError, TypeError):
+        started = now
+    if "environment.json" in files:  # the machine is the worker's; the command is the driver's
+        environment = json.loads(files["environment.json"])
+        files = {**files, "environment.json": json.dumps({**environment, "argv": list(sys.argv),
+                                                          "executor": "ray"}, indent=2).encode() + b"\n"}
     tmp = new_tmp_folder(parent, now)
     try:
         for relative, data in files.items():
@@ -120,7 +150,7 @@ def adopt_run(runs_dir: Path, name: str, files: dict[str, bytes]) -> RunRecord:
             if tmp.resolve() not in target.parents:
                 raise ValueError(f"a run of {name} came back with a path outside its folder: {relative!r}")
             write_bytes_atomic(target, data)
-        return load_run(_publish(tmp, parent, now.strftime("%Y%m%dT%H%M%SZ")))
+        return load_run(_publish(tmp, parent, started.strftime("%Y%m%dT%H%M%SZ")))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing partial is left behind
         raise

@@ -94,8 +94,10 @@ def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[
         group_claims = groups.get(name, {}).get("claims", {})
         for claim in r.get("claims", []) or [{}]:
             over = group_claims.get(claim.get("statement"))
+            failed = len(groups.get(name, {}).get("failed_seeds") or [])
             rows.append({
-                "seeds": f"holds in {over['holds']}/{over['of']} seeds" if over else "",
+                "seeds": (f"holds in {over['holds']}/{over['of']} seeds" + (f", {failed} failed" if failed else ""))
+                if over else "",
                 "method": name,
                 "paper": r.get("paper", ""),
                 "claim": claim.get("statement", "(no claims)"),

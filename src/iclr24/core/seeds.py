@@ -8,22 +8,25 @@ A group folder has no ``result.json``, so it is never mistaken for a run.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 import os
 import re
-import statistics
-import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from iclr24.core.io import write_json_atomic
-from iclr24.core.runner import RunRecord
+from iclr24.core.runner import RunRecord, _publish, new_tmp_folder
 
 __all__ = ["GROUP_PREFIX", "latest_seed_group", "parse_seeds", "summarize_seeds", "write_seed_group"]
 
 GROUP_PREFIX = "seeds-"
+MAX_SEEDS = 10_000
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -41,8 +44,8 @@ def parse_seeds(text: str) -> list[int]:
             raise ValueError(f"--seeds range {part.strip()!r} runs backwards; write {hi}-{lo}")
         if hi >= 2**63:
             raise ValueError(f"--seeds must be in [0, 2**63), got {hi}")
-        if hi - lo >= 10_000:
-            raise ValueError(f"--seeds range {part.strip()!r} holds {hi - lo + 1} seeds; at most 10000")
+        if hi - lo + len(seeds) >= MAX_SEEDS:
+            raise ValueError(f"--seeds {text!r} holds more than {MAX_SEEDS} seeds; at most {MAX_SEEDS}")
         seeds.update(range(lo, hi + 1))
     return sorted(seeds)
 
@@ -61,17 +64,22 @@ def summarize_seeds(records: Sequence[RunRecord]) -> dict[str, Any]:
     names = {r.name for r in records}
     if len(names) != 1:
         raise ValueError(f"a seed group holds runs of one experiment, got {sorted(names)}")
+    seeds = [r.result.get("seed") for r in records]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"a seed group holds each seed once, got seeds {seeds}")
     ok = [r for r in records if r.ok]
     metrics: dict[str, dict[str, Any]] = {}
-    keys = sorted({k for r in ok for k, v in r.result.get("metrics", {}).items() if _is_number(v)})
+    keys = sorted({k for r in ok for k, v in r.result.get("metrics", {}).items() if _is_real(v)})
     for key in keys:
-        values = [float(r.result["metrics"][key]) for r in ok if _is_number(r.result["metrics"].get(key))]
+        present = [float(r.result["metrics"][key]) for r in ok if _is_real(r.result["metrics"].get(key))]
+        values = [v for v in present if math.isfinite(v)]
         n = len(values)
-        mean = statistics.fmean(values)
-        std = statistics.stdev(values) if n > 1 else 0.0
-        half = _t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
-        metrics[key] = {"mean": mean, "std": std, "ci95": [mean - half, mean + half] if n > 1 else None, "n": n,
-                        "values": values}
+        with np.errstate(over="ignore", invalid="ignore"):  # values near the float limit give inf, not an error
+            mean = float(np.mean(values)) if n else math.nan
+            std = float(np.std(values, ddof=1)) if n > 1 else None
+        half = _t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else None
+        metrics[key] = {"mean": mean, "std": std, "ci95": [mean - half, mean + half] if half is not None else None,
+                        "n": n, "non_finite": len(present) - n, "values": values}
     claims: dict[str, dict[str, Any]] = {}
     for r in ok:
         for claim in r.result.get("claims", []):
@@ -80,7 +88,7 @@ def summarize_seeds(records: Sequence[RunRecord]) -> dict[str, Any]:
     return {
         "name": records[0].name,
         "preset": records[0].result.get("preset"),
-        "seeds": [r.result.get("seed") for r in records],
+        "seeds": seeds,
         "runs": [r.run_dir.name for r in records],
         "failed_seeds": [r.result.get("seed") for r in records if not r.ok],
         "metrics": metrics,
@@ -90,19 +98,14 @@ def summarize_seeds(records: Sequence[RunRecord]) -> dict[str, Any]:
 
 
 def write_seed_group(runs_dir: str | os.PathLike, records: Sequence[RunRecord]) -> Path:
-    """Write ``<runs_dir>/<name>/seeds-<UTC time>/summary.json`` atomically; returns its path."""
+    """Write ``<runs_dir>/<name>/seeds-<UTC time>/summary.json``; returns its path. The folder is built
+    hidden and renamed into place as a run folder is, so an interrupt leaves no half-made group."""
     summary = summarize_seeds(records)
     parent = Path(runs_dir) / summary["name"]
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    folder, k = parent / f"{GROUP_PREFIX}{stamp}", 1
-    while True:
-        try:
-            folder.mkdir(parents=True)  # claims the name: a concurrent group takes the next suffix
-            break
-        except FileExistsError:
-            k += 1
-            folder = parent / f"{GROUP_PREFIX}{stamp}-{k}"
-    return write_json_atomic(folder / "summary.json", summary)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    tmp = new_tmp_folder(parent, now)
+    write_json_atomic(tmp / "summary.json", summary)
+    return _publish(tmp, parent, GROUP_PREFIX + now.strftime("%Y%m%dT%H%M%SZ")) / "summary.json"
 
 
 def latest_seed_group(runs_dir: str | os.PathLike, name: str) -> dict[str, Any] | None:
@@ -117,11 +120,28 @@ def latest_seed_group(runs_dir: str | os.PathLike, name: str) -> dict[str, Any] 
     groups = sorted((d for d in parent.iterdir() if d.name.startswith(GROUP_PREFIX)), key=order, reverse=True)
     for folder in groups:
         try:
-            return json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+            group = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+            _check_group(group)
+            return group
+        except (OSError, ValueError, TypeError, KeyError) as err:  # a damaged group never breaks a report
+            warnings.warn(f"skipping seed group {folder}: {type(err).__name__}: {err}", stacklevel=2)
     return None
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _check_group(group: Any) -> None:
+    """The fields the CLI and the report read, with their types; a ValueError otherwise."""
+    ok = (isinstance(group, dict) and isinstance(group.get("runs"), list) and isinstance(group.get("seeds"), list)
+          and isinstance(group.get("failed_seeds", []), list) and isinstance(group.get("claims"), dict)
+          and isinstance(group.get("metrics"), dict)
+          and all(isinstance(c, dict) and isinstance(c.get("holds"), int) and isinstance(c.get("of"), int)
+                  for c in group["claims"].values())
+          and all(isinstance(m, dict) and _is_real(m.get("mean")) and (m.get("std") is None or _is_real(m["std"]))
+                  and (m.get("ci95") is None or (isinstance(m["ci95"], list) and len(m["ci95"]) == 2
+                                                 and all(_is_real(v) for v in m["ci95"])))
+                  and isinstance(m.get("n"), int) for m in group["metrics"].values()))
+    if not ok:
+        raise ValueError("summary.json does not have the seed-group layout")
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
