@@ -146,29 +146,7 @@ class MoEModel(nn.Module):
         self.moe_config = config
         self.base_model = model
         self._requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
-        sites = [name for name, _ in model.named_modules() if name and _matches(name, config.target_modules)]
-        if not sites:
-            linear = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
-            raise ValueError(f"target_modules {config.target_modules!r} matched no module; the model's nn.Linear "
-                             f"layers are {linear[:12]}{' ...' if len(linear) > 12 else ''}")
-        for name in sites:  # all checked before the model is touched
-            module = model.get_submodule(name)
-            if not isinstance(module, nn.Linear):
-                raise TypeError(f"target module {name!r} is a {type(module).__name__}; MoV and MoLoRA wrap "
-                                f"nn.Linear layers only (narrow target_modules)")
-            if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
-                raise TypeError(f"target module {name!r} is nn.MultiheadAttention's out_proj, whose weight the "
-                                f"attention reads directly, bypassing any wrapper; target other layers")
-        lazy = [n for n, p in model.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)]
-        if lazy:
-            raise ValueError(f"model has uninitialised lazy parameters ({lazy[:3]}); run one forward pass first")
-        if isinstance(config, MoVConfig) and config.feedforward_modules is not None:
-            stray = [n for n, _ in model.named_modules()
-                     if n and _matches(n, config.feedforward_modules) and n not in sites]
-            if stray:
-                raise ValueError(f"feedforward_modules must be a subset of target_modules; {stray[:5]} match "
-                                 f"feedforward_modules {config.feedforward_modules!r} but not target_modules "
-                                 f"{config.target_modules!r}")
+        sites = _checked_sites(model, config)  # every check before the model is touched
         model.requires_grad_(False)
         for name in sites:
             parent, child = _parent(model, name)
@@ -315,6 +293,35 @@ class MoEModel(nn.Module):
         kind = "MoV" if isinstance(self.moe_config, MoVConfig) else "MoLoRA"
         sites = "unwrapped" if self._sites is None else f"{len(self._sites)} sites"
         return f"{kind}, num_experts={self.moe_config.num_experts}, {sites}"
+
+
+def _checked_sites(model: nn.Module, config) -> list[str]:
+    """The qualified names of the sites to wrap, each an ``nn.Linear`` a wrapper can serve; a clear error
+    otherwise."""
+    sites = [name for name, _ in model.named_modules() if name and _matches(name, config.target_modules)]
+    if not sites:
+        linear = [n for n, m in model.named_modules() if n and isinstance(m, nn.Linear)]
+        raise ValueError(f"target_modules {config.target_modules!r} matched no module; the model's nn.Linear "
+                         f"layers are {linear[:12]}{' ...' if len(linear) > 12 else ''}")
+    for name in sites:  # all checked before the model is touched
+        module = model.get_submodule(name)
+        if not isinstance(module, nn.Linear):
+            raise TypeError(f"target module {name!r} is a {type(module).__name__}; MoV and MoLoRA wrap "
+                            f"nn.Linear layers only (narrow target_modules)")
+        if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
+            raise TypeError(f"target module {name!r} is nn.MultiheadAttention's out_proj, whose weight the "
+                            f"attention reads directly, bypassing any wrapper; target other layers")
+    lazy = [n for n, p in model.named_parameters() if isinstance(p, nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise ValueError(f"model has uninitialised lazy parameters ({lazy[:3]}); run one forward pass first")
+    if isinstance(config, MoVConfig) and config.feedforward_modules is not None:
+        stray = [n for n, _ in model.named_modules()
+                 if n and _matches(n, config.feedforward_modules) and n not in sites]
+        if stray:
+            raise ValueError(f"feedforward_modules must be a subset of target_modules; {stray[:5]} match "
+                             f"feedforward_modules {config.feedforward_modules!r} but not target_modules "
+                             f"{config.target_modules!r}")
+    return sites
 
 
 def get_moe_model(model: nn.Module, config: MoVConfig | MoLoRAConfig) -> MoEModel:
