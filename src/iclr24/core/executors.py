@@ -18,11 +18,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from iclr24.core.experiment import get_experiment
 from iclr24.core.io import write_bytes_atomic, write_json_atomic
-from iclr24.core.runner import _HOST, RESULT_SCHEMA, RunRecord, _pid_alive, _publish, load_run, new_tmp_folder
+from iclr24.core.runner import _HOST, RunRecord, _pid_alive, _publish, load_run, new_tmp_folder, run_header
 from iclr24.core.runner import run as run_local
 
 __all__ = ["EXECUTORS", "Job", "require_ray", "run_jobs"]
@@ -161,8 +160,7 @@ def write_failed_run(runs_dir: Path, job: Job, error: str, tb: str) -> RunRecord
     exp = get_experiment(job.name)
     parent, now = runs_dir / job.name, _dt.datetime.now(_dt.timezone.utc)
     tmp = new_tmp_folder(parent, now)
-    result: dict[str, Any] = {"schema": RESULT_SCHEMA, "name": exp.name, "paper": exp.paper, "preset": job.preset,
-                              "seed": job.seed, "started_at": now.isoformat(timespec="seconds"), "status": "failed",
-                              "wall_time_s": 0.0, "error": error, "traceback": tb}
+    result = {**run_header(exp, job.preset, job.seed, now), "status": "failed", "wall_time_s": 0.0, "error": error,
+              "traceback": tb}
     write_json_atomic(tmp / "result.json", result)
     return RunRecord(name=job.name, run_dir=_publish(tmp, parent, now.strftime("%Y%m%dT%H%M%SZ")), result=result)

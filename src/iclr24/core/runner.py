@@ -166,14 +166,7 @@ def run(
         if not quiet:
             print(f"[{exp.name}] {message}", file=sys.stderr, flush=True)
 
-    header = {
-        "schema": RESULT_SCHEMA,
-        "name": exp.name,
-        "paper": exp.paper,
-        "preset": preset,
-        "seed": seed,
-        "started_at": started.isoformat(timespec="seconds"),
-    }
+    header = run_header(exp, preset, seed, started)
     previous_quiet = set_quiet(quiet)
     previous_deterministic = torch.are_deterministic_algorithms_enabled()
     previous_threads = torch.get_num_threads()
@@ -197,6 +190,12 @@ def run(
         torch.use_deterministic_algorithms(previous_deterministic)
         torch.set_num_threads(previous_threads)
     return RunRecord(name=exp.name, run_dir=final, result=record)
+
+
+def run_header(exp: Experiment, preset: str, seed: int, started: _dt.datetime) -> dict[str, Any]:
+    """The fields every result.json starts with, whoever writes it (the runner, or a Ray driver)."""
+    return {"schema": RESULT_SCHEMA, "name": exp.name, "paper": exp.paper, "preset": preset, "seed": seed,
+            "started_at": started.isoformat(timespec="seconds")}
 
 
 def _execute(exp: Experiment, cfg: Any, seed: int, preset: str, quiet: bool, tmp: Path, header: dict,
