@@ -17,4 +17,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "subspace_patching",
     "lfr",
     "moe_peft",
+    "dats",
 )

@@ -1,0 +1,53 @@
+import pytest
+
+from iclr24.core.experiment import get_experiment
+from iclr24.core.runner import run
+from iclr24.dats.experiment import LABELS, PRESETS, TRAIN_BETAS, Config, _claims
+
+
+def test_smoke_run_reports_every_claim_and_the_paired_table(tmp_path):
+    record = run("dats", preset="smoke", runs_dir=tmp_path, quiet=True)
+    assert record.ok, record.result.get("traceback")
+    result = record.result
+    assert [c["statement"] for c in result["claims"]] == list(get_experiment("dats").claims)
+    assert sorted(result["figures"]) == ["error_per_configuration.png", "task_probabilities.png"]
+    assert len(result["tables"]["per_seed"]) == 2 * 6 and len(result["tables"]["per_configuration"]) == 9
+    dats_rp_points = [r["final residual points"] for r in result["tables"]["per_seed"]
+                      if r["sampler"].startswith("DATS-rp")]
+    assert all(sum(p) == 5 * 10 for p in dats_rp_points)  # half of 20 per configuration, moved around
+    metrics = result["metrics"]
+    for name in ("uniform", "uniform_half", "uniform_rad_half", "self_paced", "dats_w", "dats_rp"):
+        assert 0 < metrics[f"{name}_worst_l2"] < 10 and metrics[f"{name}_mean_l2"] <= metrics[f"{name}_worst_l2"]
+    assert -1 <= metrics["dats_tilt_spearman"] <= 1
+    sweep = result["tables"]["step_size_sweep"]
+    assert len(sweep) == 3 * 2  # three adaptive samplers, two step sizes, on the first seed
+    for name in ("self_paced", "dats_w", "dats_rp"):
+        rows = [r for r in sweep if r["sampler"] == LABELS[name]]
+        best = min(rows, key=lambda r: r["summed validation loss"])
+        assert metrics[f"{name}_eta"] == best["eta"]
+
+
+def _per_seed(dats_worst, uniform_worst, dats_std=(0.1, 0.1, 0.1), rp_mean=(0.1, 0.1, 0.1)):
+    base = {"worst": list(uniform_worst), "mean": [0.1] * 3, "std": [0.1] * 3}
+    return {"uniform": base, "uniform_half": base, "uniform_rad_half": base, "self_paced": base,
+            "dats_w": {"worst": list(dats_worst), "mean": [0.1] * 3, "std": list(dats_std)},
+            "dats_rp": {"worst": [0.2] * 3, "mean": list(rp_mean), "std": [0.1] * 3}}
+
+
+def test_claims_follow_the_paired_medians_and_can_fail():
+    holds = [c.holds for c in _claims(_per_seed((0.2, 0.3, 0.5), (0.3, 0.4, 0.4), (0.05, 0.2, 0.05),
+                                                (0.09, 0.2, 0.1)), [0.9, 0.6, 0.1])]
+    assert holds == [True, True, True, True]  # medians -0.1, -0.05, 0.0; tilt mean 0.53
+    holds = [c.holds for c in _claims(_per_seed((0.5, 0.5, 0.2), (0.3, 0.4, 0.4), (0.2, 0.2, 0.05),
+                                                (0.2, 0.2, 0.05)), [0.9, -0.6, 0.1])]
+    assert holds == [False, False, False, False]
+
+
+def test_presets_and_config_checks():
+    assert PRESETS["paper"].seeds >= 8 and PRESETS["quick"].residual_points == 100 and len(TRAIN_BETAS) == 5
+    with pytest.raises(ValueError, match="residual_points must be >= 20"):
+        Config(residual_points=10)
+    with pytest.raises(ValueError, match="model must be 'parametric' or 'hyper'"):
+        Config(model="mad")
+    with pytest.raises(ValueError, match="etas must be a non-empty grid"):
+        Config(etas=())
