@@ -80,6 +80,8 @@ def main() -> None:
     except ImportError:
         raise SystemExit("DeepXDE is not installed: pip install deepxde (its PyTorch backend is used)") from None
 
+    ours((5.0,), 20, 0)  # warm-up: one-time imports and allocations stay out of the timings
+    deepxde_one(5.0, 20, 0)
     one_ours, one_dde, err_ours, err_dde = [], [], [], []
     for r in range(args.repeats):  # interleaved, so machine load hits both alike
         s, e = ours((5.0,), args.steps, r)

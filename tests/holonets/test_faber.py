@@ -164,3 +164,90 @@ def test_zero_weight_edges_are_absent_edges_and_bad_weights_are_refused():
         conv(x, edge_index, torch.tensor([1.0, float("inf"), 1.0]))
     with pytest.raises(ValueError, match="non-negative"):
         conv(x, edge_index, torch.tensor([1.0, -1.0, 1.0]))
+
+
+# --- FaberNet against a dense reference written from the formulas -------------------------------------------
+
+def _weight(group, k):
+    """W = P + iQ (Q absent for real weights), as a (in, out) matrix."""
+    P = group["real"][k].weight.T
+    return torch.complex(P, group["imag"][k].weight.T) if "imag" in group else P
+
+
+def dense_conv(conv, x, edge_index):
+    n = x.shape[0]
+    T, Tr = dense_T(edge_index, n), dense_T(edge_index, n, reverse=True)
+    cast = (lambda M: M.to(torch.complex64)) if (conv.complex_weights or x.is_complex()) else (lambda M: M)
+    x = cast(x)
+    alpha = float(conv.alpha) if not isinstance(conv.alpha, torch.Tensor) else conv.alpha.reshape(())
+    out = x @ cast(_weight(conv.lin_root, 0)) if conv.lin_root is not None else 0
+    for k in range(conv.K):
+        decay = 2.0**-k if conv.weight_penalty == "exp" else (1.0 if k == 0 else 1.0 / k)
+        out = out + decay * (alpha * cast(torch.linalg.matrix_power(T, k + 1)) @ x @ cast(_weight(conv.lins_fwd, k))
+                             + (1 - alpha) * cast(torch.linalg.matrix_power(Tr, k + 1)) @ x
+                             @ cast(_weight(conv.lins_bwd, k)))
+    if conv.bias is not None:
+        b = conv.bias
+        out = out + (torch.complex(b["real"], b["imag"]) if "imag" in b else b["real"])
+    return out
+
+
+def dense_fabernet(net, x, edge_index):
+    layers = []
+    for conv, slope in zip(net.convs, net.negative_slopes):
+        x = dense_conv(conv, x, edge_index)
+        act = lambda v: torch.where(v >= 0, v, slope * v)  # noqa: E731
+        x = torch.complex(act(x.real), act(x.imag)) if x.is_complex() else act(x)
+        if net.normalize == "joint":
+            x = x / (x.abs() ** 2).sum(-1, keepdim=True).sqrt()
+        elif net.normalize == "separate":
+            x = torch.complex(x.real / x.real.norm(dim=-1, keepdim=True), x.imag / x.imag.norm(dim=-1, keepdim=True))
+        layers.append(x)
+    if net.jumping_knowledge == "max":
+        parts = [torch.stack([z.real for z in layers]).amax(0)]
+        if layers[0].is_complex():
+            parts.append(torch.stack([z.imag for z in layers]).amax(0))
+        x = torch.complex(*parts) if len(parts) == 2 else parts[0]
+    elif net.jumping_knowledge == "cat":
+        x = torch.cat(layers, dim=-1)
+    if x.is_complex():
+        x = torch.cat([x.real, x.imag], dim=-1)
+    return x @ net.lin.weight.T + net.lin.bias
+
+
+GRAPH = torch.tensor([[0, 0, 1, 2, 3, 4, 4], [1, 2, 2, 0, 4, 0, 3]])
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"complex_weights": True},
+    {"complex_weights": True, "normalize": "separate", "jumping_knowledge": "cat"},
+    {"jumping_knowledge": None, "root_weight": False, "weight_penalty": "lin", "negative_slope": [0.0, 0.2]},
+    {"complex_weights": True, "learn_alpha": True, "alpha": 0.3, "num_layers": 3, "negative_slope": -1.0},
+])
+def test_fabernet_equals_the_dense_reference(kwargs):
+    torch.manual_seed(5)
+    args = {"num_layers": 2, **kwargs}
+    net = FaberNet(3, 6, 4, K=3, **args)
+    for conv in net.convs:
+        if conv.bias is not None:
+            for b in conv.bias.values():
+                torch.nn.init.normal_(b)
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(net(x, GRAPH), dense_fabernet(net, x, GRAPH), rtol=1e-4, atol=1e-5)
+
+
+def test_fabernet_options_change_what_they_should():
+    torch.manual_seed(6)
+    net = FaberNet(3, 6, 4, learn_alpha=True, alpha=0.3)
+    assert sum(p.numel() == 1 for p in net.parameters()) == 1  # one alpha, shared by the layers
+    net(torch.randn(5, 3), GRAPH).sum().backward()
+    assert net.alpha.grad is not None and net.alpha.grad.abs().item() > 0
+    assert all(conv.lin_root is None for conv in FaberNet(3, 6, 4, root_weight=False).convs)
+    assert FaberConv(3, 2, weight_penalty="lin")._decay(2) == 0.5 and FaberConv(3, 2)._decay(2) == 0.25
+    with pytest.raises(ValueError, match="weight_penalty must be 'exp' or 'lin'"):
+        FaberConv(3, 2, weight_penalty="quadratic")
+    with pytest.raises(ValueError, match="normalize must be True, False, 'joint' or 'separate'"):
+        FaberNet(3, 6, 4, normalize="rows")
+    with pytest.raises(ValueError, match="negative_slope must be one number or one per layer \\(2\\)"):
+        FaberNet(3, 6, 4, negative_slope=[0.0, 0.1, 0.2])
