@@ -57,7 +57,22 @@ def _check_inputs(model: nn.Module, coords: torch.Tensor, params: torch.Tensor, 
                         f".to(dtype)), got {coords.dtype} and {params.dtype}")
 
 
-class ParametricPINN(nn.Module):
+class _MetaPINN(nn.Module):
+    """What both meta-PINNs share: the input rescaling and the input checks."""
+
+    def __init__(self, coord_bounds: Bounds, param_bounds: Bounds) -> None:
+        super().__init__()
+        self.n_params = len(param_bounds)
+        self.coords_in = _Rescale(coord_bounds, "coord_bounds", count=2)
+        self.params_in = _Rescale(param_bounds, "param_bounds")
+
+    def _inputs(self, coords: torch.Tensor, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Checked inputs, rescaled to [-1, 1]."""
+        _check_inputs(self, coords, params, self.n_params)
+        return self.coords_in(coords), self.params_in(params)
+
+
+class ParametricPINN(_MetaPINN):
     """u(t, x; lambda) = MLP([t, x, lambda]) with tanh activations.
 
     Parameters
@@ -68,12 +83,9 @@ class ParametricPINN(nn.Module):
     """
 
     def __init__(self, coord_bounds: Bounds, param_bounds: Bounds, hidden: int = 48, depth: int = 3) -> None:
-        super().__init__()
+        super().__init__(coord_bounds, param_bounds)
         check_int("hidden", hidden, minimum=1)
         check_int("depth", depth, minimum=1)
-        self.n_params = len(param_bounds)
-        self.coords_in = _Rescale(coord_bounds, "coord_bounds", count=2)
-        self.params_in = _Rescale(param_bounds, "param_bounds")
         layers: list[nn.Module] = []
         width = 2 + self.n_params
         for _ in range(depth):
@@ -83,11 +95,10 @@ class ParametricPINN(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, coords: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        _check_inputs(self, coords, params, self.n_params)
-        return self.net(torch.cat([self.coords_in(coords), self.params_in(params)], dim=1)).squeeze(1)
+        return self.net(torch.cat(self._inputs(coords, params), dim=1)).squeeze(1)
 
 
-class HyperPINN(nn.Module):
+class HyperPINN(_MetaPINN):
     """A hypernetwork lambda -> weights of a target MLP on (t, x) (tanh), as in the paper's HyperPINN.
 
     Parameters
@@ -99,12 +110,9 @@ class HyperPINN(nn.Module):
 
     def __init__(self, coord_bounds: Bounds, param_bounds: Bounds, target_hidden: int = 8, target_layers: int = 7,
                  hyper_hidden: Sequence[int] = (32, 32, 32, 16)) -> None:
-        super().__init__()
+        super().__init__(coord_bounds, param_bounds)
         check_int("target_hidden", target_hidden, minimum=1)
         check_int("target_layers", target_layers, minimum=2)
-        self.n_params = len(param_bounds)
-        self.coords_in = _Rescale(coord_bounds, "coord_bounds", count=2)
-        self.params_in = _Rescale(param_bounds, "param_bounds")
         widths = [2] + [target_hidden] * (target_layers - 1) + [1]
         self.shapes = list(zip(widths[1:], widths[:-1]))  # (out, in) of each target layer
         n_out = sum(o * i + o for o, i in self.shapes)
@@ -128,14 +136,13 @@ class HyperPINN(nn.Module):
         return out
 
     def forward(self, coords: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-        _check_inputs(self, coords, params, self.n_params)
+        h, _ = self._inputs(coords, params)
         # One hypernetwork pass per distinct configuration, then each point uses its configuration's weights.
         # The configurations are gathered from ``params`` itself, so gradients with respect to it flow.
         distinct, which = torch.unique(params.detach(), dim=0, return_inverse=True)
         first = torch.full((len(distinct),), len(params), dtype=torch.long, device=params.device)
         first = first.scatter_reduce(0, which, torch.arange(len(params), device=params.device), reduce="amin")
         configs = params[first]
-        h = self.coords_in(coords)
         layers = self.target_weights(configs)
         for k, (w, b) in enumerate(layers):
             h = torch.einsum("moi,mi->mo", w[which], h) + b[which]
