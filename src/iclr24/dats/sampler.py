@@ -64,7 +64,7 @@ def _unit_rows(g: torch.Tensor) -> torch.Tensor:
     """Rows scaled to unit norm; zero rows stay zero (no epsilon: a tiny gradient keeps its direction)."""
     g = g.double()
     norm = g.norm(dim=1, keepdim=True)
-    return torch.where(norm > 0, g / torch.where(norm > 0, norm, torch.ones_like(norm)), torch.zeros_like(g))
+    return g / norm.masked_fill(norm == 0, 1.0)
 
 
 def allocate_points(probabilities: torch.Tensor, total_points: int, minimum: int = 10) -> torch.Tensor:

@@ -228,11 +228,6 @@ def _refresh(model, pde, table, points: PointSet, candidates: int, strategy: str
         points.residual[i] = torch.cat([old[:keep], new])
 
 
-@torch.no_grad()
-def _predict(model: nn.Module, coords: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-    return model(coords, params)
-
-
 def relative_l2(model: nn.Module, pde: ParametricPDE, configs: Sequence, n_t: int = 100,
                 n_x: int = 256) -> np.ndarray:
     """Relative L2 error ``||u - u_ref|| / ||u_ref||`` on the ``n_t`` x ``n_x`` grid, per configuration: (C,)."""
@@ -244,6 +239,7 @@ def relative_l2(model: nn.Module, pde: ParametricPDE, configs: Sequence, n_t: in
         c = pde.check_params(c)
         ref = pde.reference(c, t, x).ravel()
         params = torch.tensor(c, dtype=torch.float32).expand(len(coords), -1)
-        pred = _predict(model, coords, params).double().numpy()
+        with torch.no_grad():
+            pred = model(coords, params).double().numpy()
         errors.append(float(np.linalg.norm(pred - ref) / np.linalg.norm(ref)))
     return np.asarray(errors)
