@@ -18,4 +18,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "lfr",
     "moe_peft",
     "dats",
+    "aid",
 )

@@ -1,0 +1,43 @@
+"""AID: Attention-based Iterative Decomposition for tensor product representations.
+
+Taewon Park, Inchul Choi, Minho Lee. "Attention-based Iterative Decomposition for Tensor Product
+Representation". ICLR 2024. https://arxiv.org/abs/2406.01012
+
+    from iclr24.aid import AID, FastWeightMemory
+    aid = AID(input_dim=64, n_inputs=3, n_components=3, component_dim=16)   # any TPR model's decomposition
+    components = aid(features)                                                # (*, 3, 64) -> (*, 3, 16)
+    fwm = FastWeightMemory(input_dim, n_classes, decomposition="aid")        # or "mlp": the original FWM
+
+The SAR task (``sar_task``) is the paper's synthetic test of systematic generalisation; ``load_babi`` reads
+bAbI from a local copy, with the sys-bAbI name swap on the test split.
+"""
+
+from iclr24.aid.babi import BabiSample, load_babi
+from iclr24.aid.module import AID, competitive_attention, elu_plus_one
+from iclr24.aid.sar import SARBatch, SARNetwork, SARTask, sar_task
+from iclr24.aid.tpr import (
+    FastWeightMemory,
+    LinearTransformerLayer,
+    causal_linear_attention,
+    memory_reads,
+    tpr_read,
+    tpr_write,
+)
+
+__all__ = [
+    "AID",
+    "BabiSample",
+    "FastWeightMemory",
+    "LinearTransformerLayer",
+    "SARBatch",
+    "SARNetwork",
+    "SARTask",
+    "causal_linear_attention",
+    "competitive_attention",
+    "elu_plus_one",
+    "load_babi",
+    "memory_reads",
+    "sar_task",
+    "tpr_read",
+    "tpr_write",
+]

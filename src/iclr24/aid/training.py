@@ -1,0 +1,102 @@
+"""Training and measuring SAR models: recall accuracy and how cleanly the read keys select the stored binding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from iclr24.aid.sar import SARBatch, SARNetwork, SARTask
+from iclr24.core.checks import check_int, check_number
+from iclr24.core.progress import progress
+
+__all__ = ["SARHistory", "binding_selectivity", "recall_accuracy", "retrieval_selectivity", "train_sar"]
+
+
+@dataclass
+class SARHistory:
+    """What :func:`train_sar` recorded: the steps at which it evaluated, the training loss there, and the
+    recall accuracy on each named evaluation batch."""
+
+    steps: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    accuracy: dict[str, list[float]] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def recall_accuracy(model: SARNetwork, batch: SARBatch) -> float:
+    """Fraction of the queried y's the model recalls (argmax over the vocabulary), in eval mode."""
+    was_training = model.training
+    model.eval()
+    predicted = model(batch).argmax(-1)
+    model.train(was_training)
+    mask = batch.query_mask
+    return (predicted[mask] == batch.targets[mask]).float().mean().item()
+
+
+def binding_selectivity(roles: torch.Tensor, keys: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """Share of each read's weight on its own binding.
+
+    ``roles`` (B, S, 2, D): the two write roles of S stored pairs; ``keys`` (B, Q, 2, D): the two read keys of
+    Q queries; ``own`` (B, Q, S): 1 where query q asks for pair s. The read's weight on pair s is
+    |(u1 . r1_s)(u2 . r2_s)|; returns (B, Q) own weight / total weight.
+    """
+    scores = torch.einsum("bqd,bsd->bqs", keys[:, :, 0], roles[:, :, 0]) * \
+        torch.einsum("bqd,bsd->bqs", keys[:, :, 1], roles[:, :, 1])  # (B, Q, S)
+    return (scores.abs() * own).sum(-1) / scores.abs().sum(-1).clamp_min(1e-12)
+
+
+@torch.no_grad()
+def retrieval_selectivity(model: SARNetwork, batch: SARBatch) -> float:
+    """How much of each read falls on the right binding, from the components alone (chance: 1 / n_pairs).
+
+    With one read, the memory returns sum_s (u1 . r1_s)(u2 . r2_s) f_s over the stored pairs s (before the
+    delta rule and the norm bound reshape it). For the query of x, the selectivity is
+    |score of x's own pair| / sum_s |score_s|, averaged over queries: 1 when the read key matches only the
+    binding it asks for, 1 / P when it cannot tell the P pairs apart.
+    """
+    if model.fwm.n_reads != 1:
+        raise ValueError(f"retrieval_selectivity needs a model with n_reads=1, got {model.fwm.n_reads}")
+    was_training = model.training
+    model.eval()
+    _, details = model(batch, return_details=True)
+    model.train(was_training)
+    P = (batch.roles.shape[1] - 2) // 2  # sequences are 2P + 2 long
+    roles = details["write"][:, 1: P + 1, :2]  # (B, P, 2, D) at the pair positions
+    keys = details["read"][:, P + 2:]  # (B, P, 2, D) at the query positions
+    own = (batch.roles[:, P + 2:, None] == batch.roles[:, None, 1: P + 1]).float()  # the query's own pair
+    return binding_selectivity(roles, keys, own).mean().item()
+
+
+def train_sar(model: SARNetwork, task: SARTask, steps: int, *, batch_size: int = 64, lr: float = 1e-3,
+              clip: float = 50.0, eval_every: int = 250, evaluate_on: Mapping[str, SARBatch] | None = None,
+              generator: torch.Generator | None = None, description: str = "SAR") -> SARHistory:
+    """Adam (betas 0.9/0.98, as the paper's code) on the cross-entropy of the queried y's, gradient norm
+    clipped at ``clip``; every ``eval_every`` steps the recall accuracy on each batch of ``evaluate_on``."""
+    check_int("steps", steps, minimum=1)
+    check_int("eval_every", eval_every, minimum=1)
+    check_number("lr", lr, minimum=0.0, exclusive=True)
+    check_number("clip", clip, minimum=0.0, exclusive=True)
+    evaluate_on = dict(evaluate_on or {})
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    history = SARHistory(accuracy={name: [] for name in evaluate_on})
+    model.train()
+    with progress(description, total=steps) as bar:
+        for step in range(1, steps + 1):
+            batch = task.sample(batch_size, generator)
+            logits = model(batch)
+            loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=0)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            if step % eval_every == 0 or step == steps:
+                history.steps.append(step)
+                history.train_loss.append(loss.item())
+                for name, held_out in evaluate_on.items():
+                    history.accuracy[name].append(recall_accuracy(model, held_out))
+                bar.advance(0, loss=loss.item(), **{name: acc[-1] for name, acc in history.accuracy.items()})
+            bar.advance()
+    return history

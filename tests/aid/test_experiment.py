@@ -1,0 +1,41 @@
+import pytest
+
+from iclr24.aid.experiment import CLAIM_BOUND, CLAIM_FIT, CLAIM_UNSEEN, LABELS, Config, _claims
+from iclr24.core.experiment import get_experiment
+from iclr24.core.runner import run
+
+
+def test_smoke_run_reports_every_claim_figure_and_paired_row(tmp_path):
+    record = run("aid", preset="smoke", runs_dir=tmp_path, quiet=True)
+    assert record.ok, record.result.get("traceback")
+    result = record.result
+    assert [c["statement"] for c in result["claims"]] == list(get_experiment("aid").claims)
+    assert sorted(result["figures"]) == ["aid_attention.png", "unseen_accuracy.png"]
+    rows = result["tables"]["per_seed"]
+    assert len(rows) == 2 * 2 and {r["model"] for r in rows} == set(LABELS.values())
+    for key in ("seen", "unseen", "selectivity"):
+        for v in ("mlp", "aid"):
+            assert 0 <= result["metrics"][f"{v}_{key}_p0.5"] <= 1
+
+
+def _measured(seen=(0.99, 0.99), unseen_aid=(0.9, 0.8), unseen_mlp=(0.5, 0.6), sel_aid=(0.5, 0.6),
+              sel_mlp=(0.4, 0.5)):
+    return {("aid", 0.5): {"seen": list(seen), "unseen": list(unseen_aid), "selectivity": list(sel_aid)},
+            ("mlp", 0.5): {"seen": list(seen), "unseen": list(unseen_mlp), "selectivity": list(sel_mlp)}}
+
+
+def test_claims_hold_on_clear_measurements_and_can_fail():
+    cfg = Config()
+    claims = {c.statement: c.holds for c in _claims(_measured(), cfg)}
+    assert claims == {CLAIM_FIT: True, CLAIM_UNSEEN: True, CLAIM_BOUND: True}  # gap 0.3; median diff 0.1
+    failed = {c.statement: c.holds for c in _claims(_measured(seen=(0.99, 0.9), unseen_mlp=(0.8, 0.8),
+                                                              sel_aid=(0.4, 0.45)), cfg)}
+    # seen 0.945; gap 0.05; median selectivity difference -0.025
+    assert failed == {CLAIM_FIT: False, CLAIM_UNSEEN: False, CLAIM_BOUND: False}
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="ratios must be"):
+        Config(ratios=(1.5,))
+    with pytest.raises(ValueError, match="n_pairs must be <= n_words"):
+        Config(n_words=5, n_pairs=6)
