@@ -39,49 +39,40 @@ def saved_bytes(step) -> int:
     return total
 
 
-def fwm_steps():
-    task = sar_task(20, 10, 0.5, seed=0)
-    batch = task.sample(64)
+def training_steps(make_model, loss_of) -> dict:
+    """For each decomposition: (model, step), where ``step()`` is one Adam step on ``loss_of(model)`` and
+    ``step(backward=False)`` only computes the loss."""
     steps = {}
     for decomposition in ("mlp", "aid"):
         torch.manual_seed(0)
-        model = SARNetwork(task.vocab_size, decomposition=decomposition, hidden=64, component_dim=16)
+        model = make_model(decomposition)
         optimizer = torch.optim.Adam(model.parameters(), 1e-3)
 
         def step(backward=True, model=model, optimizer=optimizer):
-            logits = model(batch)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(),
-                                                     ignore_index=0)
-            if not backward:
-                return loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            loss = loss_of(model)
+            if backward:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             return loss
 
         steps[decomposition] = (model, step)
     return steps
 
 
+def fwm_steps():
+    task = sar_task(20, 10, 0.5, seed=0)
+    batch = task.sample(64)
+    return training_steps(
+        lambda d: SARNetwork(task.vocab_size, decomposition=d, hidden=64, component_dim=16),
+        lambda model: torch.nn.functional.cross_entropy(model(batch).flatten(0, 1), batch.targets.flatten(),
+                                                        ignore_index=0))
+
+
 def linear_transformer_steps():
     h = torch.randn(8, 256, 128)
-    steps = {}
-    for decomposition in ("mlp", "aid"):
-        torch.manual_seed(0)
-        layer = LinearTransformerLayer(128, 4, 32, decomposition=decomposition)
-        optimizer = torch.optim.Adam(layer.parameters(), 1e-3)
-
-        def step(backward=True, layer=layer, optimizer=optimizer):
-            loss = layer(h).square().mean()
-            if not backward:
-                return loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            return loss
-
-        steps[decomposition] = (layer, step)
-    return steps
+    return training_steps(lambda d: LinearTransformerLayer(128, 4, 32, decomposition=d),
+                          lambda layer: layer(h).square().mean())
 
 
 def memory_form_steps(B: int, T: int, D: int):

@@ -63,6 +63,13 @@ def test_sampling_is_reproducible_from_the_seed_or_a_generator():
 def test_words_are_readable():
     task = sar_task(n_words=3, n_pairs=2)
     assert task.words(torch.tensor([0, 1, 4, 7, 12])) == ["-", "x1_0", "x2_0", "y1_0", "y2_2"]
+    with pytest.raises(ValueError, match="ids must be in \\[0, 13\\)"):
+        task.words(torch.tensor([-1]))
+
+
+def test_ratio_takes_the_floor_without_float_error():
+    assert sar_task(n_words=100, n_pairs=2, ratio=0.29).n_x1_both == 29
+    assert sar_task(n_words=5, n_pairs=2, ratio=0.5).n_x1_both == 2
 
 
 def test_sar_errors_name_the_argument():
@@ -74,6 +81,10 @@ def test_sar_errors_name_the_argument():
         sar_task().sample(2, split="test")
     with pytest.raises(TypeError, match="batch must be a SARBatch"):
         SARNetwork(10, hidden=4, component_dim=4)(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="beyond this network's vocab_size = 10"):
+        SARNetwork(10, hidden=4, component_dim=4)(sar_task(n_words=5, n_pairs=2).sample(2))
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        sar_task().sample(2, generator=0)
 
 
 def test_sar_network_gives_logits_over_the_vocabulary():
@@ -98,8 +109,15 @@ def _babi(tmp_path, task=1):
     folder = tmp_path / "tasks_1-20_v1-2" / "en-valid-10k"
     folder.mkdir(parents=True)
     for split in ("train", "test"):
-        (folder / f"qa{task}_single-supporting-fact_{split}.txt").write_text(STORY)
+        (folder / f"qa{task}_{split}.txt").write_text(STORY)  # en-valid-10k's file names
     return tmp_path
+
+
+def test_babi_also_reads_the_en_10k_file_names(tmp_path):
+    folder = tmp_path / "en-10k"
+    folder.mkdir()
+    (folder / "qa1_single-supporting-fact_train.txt").write_text(STORY)
+    assert len(load_babi(folder, 1)) == 3
 
 
 def test_babi_questions_carry_their_story_so_far(tmp_path):
@@ -127,6 +145,17 @@ def test_sys_babi_reverse_swap_for_tasks_5_10_14(tmp_path):
     folder.mkdir()
     (folder / "qa5_three-arg-relations_test.txt").write_text("1 Bill went home.\n2 Where is Bill?\thome\t1\n")
     assert load_babi(folder, 5, "test")[0].question == ("where", "is", "daniel", "?")
+
+
+def test_malformed_babi_lines_are_named(tmp_path):
+    (tmp_path / "qa2_train.txt").write_text("1 Mary went home.\n2 Where is Mary?\n")
+    with pytest.raises(ValueError, match="qa2_train.txt:2: a question needs a tab"):
+        load_babi(tmp_path, 2)
+    (tmp_path / "qa3_train.txt").write_text("1 Mary went home.\n2 Where is Mary?\t \t1\n")
+    with pytest.raises(ValueError, match="empty answer"):
+        load_babi(tmp_path, 3)
+    with pytest.raises(TypeError, match="root must be a path"):
+        load_babi(None, 1)
 
 
 def test_missing_babi_says_what_to_fetch(tmp_path):

@@ -1,6 +1,6 @@
 import pytest
 
-from iclr24.aid.experiment import CLAIM_BOUND, CLAIM_FIT, CLAIM_UNSEEN, LABELS, Config, _claims
+from iclr24.aid.experiment import CLAIM_BOUND, CLAIM_FIT, CLAIM_UNSEEN, LABELS, Config, _claims, _lm_claim
 from iclr24.core.experiment import get_experiment
 from iclr24.core.runner import run
 
@@ -16,6 +16,9 @@ def test_smoke_run_reports_every_claim_figure_and_paired_row(tmp_path):
     for key in ("seen", "unseen", "selectivity"):
         for v in ("mlp", "aid"):
             assert 0 <= result["metrics"][f"{v}_{key}_p0.5"] <= 1
+    lm = result["tables"]["language_model"]
+    assert len(lm) == 2 * 2 and all(r["perplexity (queried values)"] >= 1 for r in lm)
+    assert result["metrics"]["aid_lm_recall_perplexity"] >= 1
 
 
 def _measured(seen=(0.99, 0.99), unseen_aid=(0.9, 0.8), unseen_mlp=(0.5, 0.6), sel_aid=(0.5, 0.6),
@@ -32,6 +35,12 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
                                                               sel_aid=(0.4, 0.45)), cfg)}
     # seen 0.945; gap 0.05; median selectivity difference -0.025
     assert failed == {CLAIM_FIT: False, CLAIM_UNSEEN: False, CLAIM_BOUND: False}
+
+
+def test_lm_claim_follows_the_paired_median():
+    cfg = Config()
+    assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 3.9, 2.5]}, cfg).holds  # -0.5, +0.1, -0.5
+    assert not _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [2.5, 3.9, 2.5]}, cfg).holds  # +0.5, +0.1, -0.5
 
 
 def test_config_errors():

@@ -172,3 +172,9 @@ def test_bad_inputs_are_named():
         aid(torch.full((2, 3, 4), float("nan")))
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         aid([[1.0]])
+    with pytest.raises(TypeError, match="x must have dtype in \\(float32\\), got int64"):
+        aid(torch.ones(2, 3, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="initial must have dtype in \\(float32\\), got float64"):
+        aid(torch.randn(2, 3, 4), initial=torch.randn(2, 2, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        competitive_attention(torch.rand(2, 3), torch.rand(2, 3), eps=-1.0)

@@ -214,3 +214,34 @@ def test_fwm_memory_forms_agree_and_are_checked():
         FastWeightMemory(6, 9, memory_form="sparse")
     with pytest.raises(ValueError, match="form must be one of"):
         memory_reads(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 1), 1.0, form="x")
+
+
+def test_inputs_must_match_the_modules_dtype_and_have_steps():
+    fwm = FastWeightMemory(6, 9, hidden=8, component_dim=4)
+    with pytest.raises(TypeError, match="x must have dtype in \\(float32\\), got float64"):
+        fwm(torch.randn(2, 3, 6, dtype=torch.float64))
+    with pytest.raises(ValueError, match="at least one step"):
+        fwm(torch.randn(2, 0, 6))
+    with pytest.raises(TypeError, match="h must have dtype"):
+        LinearTransformerLayer(12, 2, 4)(torch.ones(2, 3, 12, dtype=torch.long))
+    assert fwm.double()(torch.randn(2, 3, 6, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_memory_reads_checks_its_shapes():
+    write, read, gate = torch.zeros(4, 2, 3, 4), torch.zeros(4, 2, 2, 4), torch.zeros(4, 2, 1)
+    assert memory_reads(write, read, gate, 1.0).shape == (4, 2, 4)
+    assert memory_reads(write[:, :0], read[:, :0], gate[:, :0], 1.0).shape == (4, 0, 4)
+    with pytest.raises(ValueError, match="gate must have 3 dimensions"):
+        memory_reads(write, read, gate[..., 0], 1.0)  # (B, T) would broadcast silently when B == D
+    for bad in ((write, read, gate[:, :1]), (write, read[:, :, :1], gate), (torch.zeros(4, 2, 4, 4), read, gate)):
+        with pytest.raises(ValueError, match="write must be \\(B, T, 3, D\\), read"):
+            memory_reads(*bad, 1.0)
+    with pytest.raises(ValueError, match="q and k must be"):
+        causal_linear_attention(torch.rand(1, 1, 3, 2), torch.rand(1, 1, 4, 2), torch.rand(1, 1, 4, 2))
+
+
+def test_linear_transformer_aid_dropout_is_its_own_argument():
+    layer = LinearTransformerLayer(8, 2, 4, dropout=0.0, aid_dropout=0.0).train()
+    h = torch.randn(2, 3, 8)
+    assert torch.equal(layer(h), layer(h)) and layer.aid.eps == 1e-5
+    assert LinearTransformerLayer(8, 2, 4).aid.dropout.p == 0.5  # the paper's code hard-codes it

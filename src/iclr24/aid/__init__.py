@@ -13,6 +13,7 @@ bAbI from a local copy, with the sys-bAbI name swap on the test split.
 """
 
 from iclr24.aid.babi import BabiSample, load_babi
+from iclr24.aid.lm import LinearTransformerLM, RecallBatch, recall_corpus, recall_perplexity, train_recall_lm
 from iclr24.aid.module import AID, competitive_attention, elu_plus_one
 from iclr24.aid.sar import SARBatch, SARNetwork, SARTask, sar_task
 from iclr24.aid.tpr import (
@@ -23,21 +24,32 @@ from iclr24.aid.tpr import (
     tpr_read,
     tpr_write,
 )
+from iclr24.aid.training import SARHistory, binding_selectivity, recall_accuracy, retrieval_selectivity, train_sar
 
 __all__ = [
     "AID",
     "BabiSample",
     "FastWeightMemory",
+    "LinearTransformerLM",
     "LinearTransformerLayer",
+    "RecallBatch",
     "SARBatch",
+    "SARHistory",
     "SARNetwork",
     "SARTask",
+    "binding_selectivity",
     "causal_linear_attention",
     "competitive_attention",
     "elu_plus_one",
     "load_babi",
     "memory_reads",
+    "recall_accuracy",
+    "recall_corpus",
+    "recall_perplexity",
+    "retrieval_selectivity",
     "sar_task",
     "tpr_read",
     "tpr_write",
+    "train_recall_lm",
+    "train_sar",
 ]

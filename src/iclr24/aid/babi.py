@@ -44,10 +44,16 @@ def _tokens(text: str) -> tuple[str, ...]:
 def _task_file(root: Path, task: int, split: str) -> Path:
     folders = [root, root / "en-valid-10k", root / "tasks_1-20_v1-2" / "en-valid-10k"]
     for folder in folders:
-        found = sorted(folder.glob(f"qa{task}_*_{split}.txt")) if folder.is_dir() else []
+        if not folder.is_dir():
+            continue
+        if (folder / f"qa{task}_{split}.txt").is_file():  # en-valid-10k's names
+            return folder / f"qa{task}_{split}.txt"
+        found = sorted(folder.glob(f"qa{task}_*_{split}.txt"))  # en-10k's names: qa1_single-supporting-fact_...
+        if len(found) > 1:
+            raise ValueError(f"several files for task {task}, split {split} in {folder}: {[f.name for f in found]}")
         if found:
             return found[0]
-    raise FileNotFoundError(f"no qa{task}_*_{split}.txt under {root}. {FETCH}")
+    raise FileNotFoundError(f"no qa{task}_{split}.txt (or qa{task}_*_{split}.txt) under {root}. {FETCH}")
 
 
 def load_babi(root: str | os.PathLike, task: int, split: str = "train", systematic: bool = True) -> list[BabiSample]:
@@ -56,6 +62,8 @@ def load_babi(root: str | os.PathLike, task: int, split: str = "train", systemat
     With ``systematic`` the test split gets the sys-bAbI name swap (train and valid are unchanged).
     Raises FileNotFoundError naming what to fetch when the files are missing.
     """
+    if not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be a path to the bAbI folder, got {root!r}")
     check_int("task", task, minimum=1)
     if task > 20:
         raise ValueError(f"task must be in 1..20, got {task}")
@@ -69,7 +77,7 @@ def load_babi(root: str | os.PathLike, task: int, split: str = "train", systemat
 
     samples: list[BabiSample] = []
     story: list[tuple[str, ...]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         number, _, text = line.strip().partition(" ")
@@ -77,10 +85,14 @@ def load_babi(root: str | os.PathLike, task: int, split: str = "train", systemat
             raise ValueError(f"{path}:{lineno}: expected a line number first, got {line!r}")
         if number == "1":
             story = []
+        if "?" in text and "\t" not in text:
+            raise ValueError(f"{path}:{lineno}: a question needs a tab and its answer, got {line!r}")
         if "\t" in text:
             question, answer, *_ = text.split("\t")
+            if not answer.strip():
+                raise ValueError(f"{path}:{lineno}: empty answer in {line!r}")
             samples.append(BabiSample(tuple(story), rename(_tokens(question)), ",".join(
                 rename(tuple(answer.lower().split(","))))))
-        else:
+        elif text.strip():
             story.append(rename(_tokens(text)))
     return samples

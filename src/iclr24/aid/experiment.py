@@ -12,6 +12,9 @@ never-seen X2 x Y2 combinations ("unseen").
 3. AID's components are better bound. The measure, fixed before the run: the retrieval selectivity on the
    unseen sequences (the share of each read's weight that falls on the queried pair's binding, computed from
    the write roles and read keys; chance 1 / n_pairs) is higher for AID (median paired difference > 0).
+4. AID lowers a linear transformer's perplexity (the paper's WikiText-103 check, in miniature): a 2-layer
+   causal linear-transformer LM with and without AID on associative-recall sequences; the perplexity on the
+   queried values of held-out sequences is lower with AID (median paired difference < 0).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from iclr24.aid.lm import LinearTransformerLM, recall_corpus, recall_perplexity, train_recall_lm  # noqa: E402
 from iclr24.aid.sar import SARNetwork, sar_task  # noqa: E402
 from iclr24.aid.training import recall_accuracy, retrieval_selectivity, train_sar  # noqa: E402
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
@@ -35,6 +39,7 @@ PAPER = ("Attention-based Iterative Decomposition for Tensor Product Representat
 CLAIM_FIT = "FWM fits the seen combinations with either decomposition"
 CLAIM_UNSEEN = "AID improves systematic generalisation to unseen combinations (SAR, X2 x Y2)"
 CLAIM_BOUND = "AID produces better-bound structural representations"
+CLAIM_LM = "AID lowers a linear transformer's perplexity"
 VARIANTS = ("mlp", "aid")
 LABELS = {"mlp": "FWM (MLP decomposition)", "aid": "FWM + AID"}
 
@@ -57,21 +62,32 @@ class Config:
     clip: float = 50.0
     eval_every: int = 250
     eval_sequences: int = 256
+    # The language-model check: recall sequences of lm_pairs pairs and as many queries, keys and values
+    # from lm_vocab tokens each; a 2-layer linear transformer (d_model 64, 4 heads of 16).
+    lm_steps: int = 1000
+    lm_pairs: int = 4
+    lm_vocab: int = 16
+    lm_d_model: int = 64
 
     def __post_init__(self) -> None:
         if min(self.seeds, self.n_words, self.n_pairs, self.embedding_dim, self.input_proj_dim, self.hidden,
                self.component_dim, self.mlp_hidden, self.steps, self.batch_size, self.eval_every,
-               self.eval_sequences) < 1:
+               self.eval_sequences, self.lm_steps, self.lm_pairs, self.lm_vocab, self.lm_d_model) < 1:
             raise ValueError("seeds, sizes, steps, batch_size, eval_every and eval_sequences must be >= 1")
         if not self.ratios or any(not 0 <= r <= 1 for r in self.ratios):
             raise ValueError(f"ratios must be a non-empty tuple of values in [0, 1], got {self.ratios}")
         if self.n_pairs > self.n_words:
             raise ValueError(f"n_pairs must be <= n_words, got {self.n_pairs} > {self.n_words}")
+        if self.lm_pairs > self.lm_vocab:
+            raise ValueError(f"lm_pairs must be <= lm_vocab, got {self.lm_pairs} > {self.lm_vocab}")
+        if self.lm_d_model % 4:
+            raise ValueError(f"lm_d_model must be a multiple of 4 (4 heads), got {self.lm_d_model}")
 
 
 PRESETS = {
     "smoke": Config(seeds=2, n_words=4, n_pairs=3, embedding_dim=8, input_proj_dim=8, hidden=8, component_dim=4,
-                    mlp_hidden=8, steps=12, batch_size=8, eval_every=6, eval_sequences=8),
+                    mlp_hidden=8, steps=12, batch_size=8, eval_every=6, eval_sequences=8, lm_steps=4, lm_pairs=2,
+                    lm_vocab=4, lm_d_model=8),
     "quick": Config(),
     # The paper's sizes (hidden 256, memory 32^3, 100-pair sequences, 30k steps, 10 seeds, p in {0, .5, 1}):
     # days on a CPU.
@@ -101,7 +117,7 @@ def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int):
     name="aid",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_FIT, CLAIM_UNSEEN, CLAIM_BOUND],
+    claims=[CLAIM_FIT, CLAIM_UNSEEN, CLAIM_BOUND, CLAIM_LM],
     description="SAR (systematic associative recall): a Fast Weight Memory with its MLP decomposition vs with "
                 "AID, paired over seeds; accuracy on seen and never-seen (X2 x Y2) combinations.",
 )
@@ -127,18 +143,55 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             ctx.log(f"p={ratio:g} seed {seed}: unseen accuracy " + ", ".join(
                 f"{v} {measured[v, ratio]['unseen'][-1]:.3f}" for v in VARIANTS))
 
+    perplexity, lm_rows = _language_model_check(cfg, ctx)
     metrics = {}
     for (v, ratio), m in measured.items():
         for key, values in m.items():
             metrics[f"{v}_{key}_p{ratio:g}"] = statistics.mean(values)
+    for v in VARIANTS:
+        metrics[f"{v}_lm_recall_perplexity"] = statistics.mean(perplexity[v])
     return Result(
         metrics=metrics,
-        claims=_claims(measured, cfg),
+        claims=_claims(measured, cfg) + [_lm_claim(perplexity, cfg)],
         figures={"unseen_accuracy.png": _plot_curves(histories),
                  "aid_attention.png": _plot_attention(*first_aid)},
-        tables={"per_seed": rows},
+        tables={"per_seed": rows, "language_model": lm_rows},
         notes=_notes(cfg),
     )
+
+
+def _language_model_check(cfg: Config, ctx: RunContext) -> tuple[dict[str, list[float]], list[dict]]:
+    corpus = dict(n_keys=cfg.lm_vocab, n_values=cfg.lm_vocab, n_pairs=cfg.lm_pairs, n_queries=cfg.lm_pairs)
+    held_out = recall_corpus(cfg.eval_sequences, generator=torch.Generator().manual_seed(20_000 + ctx.seed),
+                             **corpus)
+    perplexity: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    rows = []
+    for s in range(cfg.seeds):
+        seed = ctx.seed + s
+        for v in VARIANTS:
+            torch.manual_seed(seed)
+            model = LinearTransformerLM(2 * cfg.lm_vocab, 4 * cfg.lm_pairs, d_model=cfg.lm_d_model,
+                                        d_head=cfg.lm_d_model // 4, decomposition=v)
+            train_recall_lm(model, cfg.lm_steps, generator=torch.Generator().manual_seed(seed),
+                            description=f"linear transformer LM ({v}), seed {seed}", **corpus)
+            everything, recall = recall_perplexity(model, held_out)
+            perplexity[v].append(recall)
+            rows.append({"seed": seed, "model": f"linear transformer LM ({v})",
+                         "perplexity (all tokens)": round(everything, 4),
+                         "perplexity (queried values)": round(recall, 4)})
+    return perplexity, rows
+
+
+def _lm_claim(perplexity: dict[str, list[float]], cfg: Config) -> Claim:
+    diffs = [a - b for a, b in zip(perplexity["aid"], perplexity["mlp"])]
+    median = statistics.median(diffs)
+    return Claim(CLAIM_LM, "Linear Transformer + AID reaches a lower perplexity than the Linear Transformer on "
+                 "WikiText-103 (section 4, 16 layers)",
+                 f"perplexity on the queried values of held-out recall sequences (chance {cfg.lm_vocab}): with AID "
+                 f"{statistics.mean(perplexity['aid']):.3f}, without {statistics.mean(perplexity['mlp']):.3f}; "
+                 f"median paired difference {median:+.3f}, lower with AID in {sum(d < 0 for d in diffs)}/{len(diffs)}"
+                 f" seeds (2 layers, {cfg.lm_steps} steps)",
+                 median < 0, "median over seeds of (recall perplexity, AID - plain) < 0")
 
 
 def _notes(cfg: Config) -> str:
@@ -148,7 +201,9 @@ def _notes(cfg: Config) -> str:
             f"(memory {cfg.component_dim}^3), AID with {cfg.iterations} iterations; {cfg.steps} Adam steps of "
             f"{cfg.batch_size} sequences (lr {cfg.lr:g}). Accuracies on {cfg.eval_sequences} held-out "
             f"sequences per split. The paper: 250 words per list, 100 pairs, hidden 256, memory 32^3, 30k "
-            f"steps, 10 seeds. See docs/aid.md.")
+            f"steps, 10 seeds. Language-model check: {cfg.lm_steps} Adam steps (lr 3e-3, 32 sequences of "
+            f"{cfg.lm_pairs} pairs + {cfg.lm_pairs} queries over {cfg.lm_vocab} keys and {cfg.lm_vocab} values). "
+            f"See docs/aid.md.")
 
 
 def _claims(measured: dict, cfg: Config) -> list[Claim]:

@@ -23,6 +23,11 @@ from iclr24.core.checks import check_int, check_number, check_tensor
 __all__ = ["AID", "competitive_attention", "elu_plus_one"]
 
 
+def _dtype(module: nn.Module) -> torch.dtype:
+    """The module's floating dtype: inputs must match it (convert them, or the module with ``.to(dtype)``)."""
+    return next(module.parameters()).dtype
+
+
 def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
     """phi(x) = elu(x) + 1: the positive feature map AID uses for keys and queries (as linear attention does)."""
     return F.elu(x) + 1.0
@@ -36,6 +41,7 @@ def competitive_attention(keys: torch.Tensor, queries: torch.Tensor, eps: float 
     that each component's weights sum to one (a weighted mean of the values). ``eps`` keeps a component that
     wins no input from dividing by zero.
     """
+    check_number("eps", eps, minimum=0.0)
     logits = keys @ queries.transpose(-1, -2)  # (*, n_inputs, n_components)
     attention = logits.softmax(dim=-1) + eps
     return attention / attention.sum(dim=-2, keepdim=True)
@@ -71,8 +77,8 @@ class AID(nn.Module):
         eps: the attention floor epsilon.
         initial_map: learn :math:`W_{init}`; False when the caller always passes its own ``initial`` (as the
             linear transformer does with its keys and values).
-        share_with: another AID whose attention, update and output maps this one reuses, keeping only its own
-            initial map (the paper's FWM shares them between the write and the read components).
+        share_with: another AID whose attention, update and output maps (and dropout) this one reuses, keeping
+            only its own initial map (the paper's FWM shares them between the write and the read components).
 
     Shapes:
         - input ``x``: (*, n_inputs, input_dim)
@@ -126,7 +132,7 @@ class AID(nn.Module):
 
     def forward(self, x: torch.Tensor, initial: torch.Tensor | None = None,
                 return_attention: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        x = check_tensor("x", x, min_ndim=2, shape_doc="(*, n_inputs, input_dim)")
+        x = check_tensor("x", x, min_ndim=2, dtypes=(_dtype(self),), shape_doc="(*, n_inputs, input_dim)")
         if x.shape[-2:] != (self.n_inputs, self.input_dim):
             raise ValueError(f"x must end in (n_inputs, input_dim) = ({self.n_inputs}, {self.input_dim}), "
                              f"got shape {tuple(x.shape)}")
@@ -137,7 +143,8 @@ class AID(nn.Module):
                 raise ValueError("initial must be given: this AID has no initial map (initial_map=False)")
             s0 = self.initial(x.flatten(-2)).unflatten(-1, (self.n_components, D))  # (*, Nc, D)
         else:
-            s0 = check_tensor("initial", initial, min_ndim=2, shape_doc="(*, n_components, component_dim)")
+            s0 = check_tensor("initial", initial, min_ndim=2, dtypes=(x.dtype,),
+                              shape_doc="(*, n_components, component_dim)")
             if s0.shape != (*batch, self.n_components, D):
                 raise ValueError(f"initial must have shape {(*batch, self.n_components, D)} (the batch shape of x, "
                                  f"n_components, component_dim), got {tuple(s0.shape)}")

@@ -17,6 +17,7 @@ Word ids: 0 is padding; then X1, X2, Y1, Y2, ``n_words`` each.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +53,8 @@ class SARTask:
         n_words: words per list (250 in the paper's code).
         n_pairs: pairs per sequence P (100 in the paper's code); at most ``n_words`` so that the unseen
             split can show P distinct X2 words.
-        ratio: the fraction of X1 seen with Y1 as well as Y2 (0, 0.5 or 1 in the paper).
+        ratio: the fraction of X1 seen with Y1 as well as Y2 (0, 0.5 or 1 in the paper); the first
+            floor(n_words * ratio) words of X1, as the paper's code does.
         seed: seeds the task's own generator, used by :meth:`sample` when it is not given one.
     """
 
@@ -66,7 +68,7 @@ class SARTask:
         self.vocab_size = 1 + 4 * n
         ids = torch.arange(1, 1 + 4 * n).view(4, n)
         self.x1, self.x2, self.y1, self.y2 = ids.unbind(0)
-        self.n_x1_both = int(n * ratio)  # X1[:n_x1_both] is seen with Y1 and Y2
+        self.n_x1_both = math.floor(n * self.ratio + 1e-9)  # X1[:n_x1_both] is seen with Y1 and Y2; 1e-9: 100 * 0.29
         # allowed[i, j]: training shows x_i (X1 then X2) with y_j (Y1 then Y2).
         allowed = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
         allowed[: self.n_x1_both] = True
@@ -78,6 +80,10 @@ class SARTask:
 
     def words(self, ids: torch.Tensor) -> list[str]:
         """Readable names of word ids: x1_3, y2_0, ... (and '-' for 0)."""
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype != torch.long:
+            raise TypeError(f"ids must be a 1-d tensor of word ids (torch.long), got {ids!r}")
+        if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"ids must be in [0, {self.vocab_size}), got {ids.min()}..{ids.max()}")
         names = []
         for i in ids.tolist():
             if i == 0:
@@ -95,6 +101,8 @@ class SARTask:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         B, P, n = batch_size, self.n_pairs, self.n_words
         generator = self.generator if generator is None else generator
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
         if split == "train":
             x_pool, y_pool, allowed = torch.cat([self.x1, self.x2]), torch.cat([self.y1, self.y2]), \
                 self.train_combinations
@@ -140,5 +148,9 @@ class SARNetwork(nn.Module):
     def forward(self, batch: SARBatch, return_details: bool = False):
         if not isinstance(batch, SARBatch):
             raise TypeError(f"batch must be a SARBatch (from SARTask.sample), got {type(batch).__name__}")
+        vocab = self.embedding.num_embeddings
+        if int(batch.roles.max()) >= vocab or int(batch.fillers.max()) >= vocab:
+            raise ValueError(f"batch has word ids beyond this network's vocab_size = {vocab}: was it sampled from a "
+                             f"task with a larger vocabulary?")
         x = torch.cat([self.embedding(batch.roles), self.embedding(batch.fillers), batch.flags], dim=-1)
         return self.fwm(x, return_details=return_details)

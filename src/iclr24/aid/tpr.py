@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from iclr24.aid.module import AID, elu_plus_one
+from iclr24.aid.module import AID, _dtype, elu_plus_one
 from iclr24.core.checks import check_int, check_number, check_tensor
 
 __all__ = ["FastWeightMemory", "LinearTransformerLayer", "causal_linear_attention", "memory_reads", "tpr_read",
@@ -75,11 +75,22 @@ def memory_reads(write: torch.Tensor, read: torch.Tensor, gate: torch.Tensor, sc
     a weighted sum of the written r1_s (x) r2_s (x) delta_s, so a read is a sum over the steps written so far
     with weights (u1 . r1_s)(u2 . r2_s), and the norm bound needs only a running squared norm:
     ||M + K (x) d||^2 = ||M||^2 + 2 d . M(K) + ||K||^2 ||d||^2. That is O(T^2 D), much less at T < D^2;
-    the two are equal (tested).
+    the two are equal (tested). The dual form squares the memory's norm, so fillers beyond ~1e18 overflow in
+    float32 (FWM's tanh keeps them within 1).
     """
     if form not in MEMORY_FORMS:
         raise ValueError(f"form must be one of {MEMORY_FORMS}, got {form!r}")
+    write = check_tensor("write", write, ndim=4, shape_doc="(B, T, 3, D)")
     B, T, _, D = write.shape
+    read = check_tensor("read", read, ndim=4, dtypes=(write.dtype,), shape_doc="(B, T, 1 + R, D)")
+    gate = check_tensor("gate", gate, ndim=3, dtypes=(write.dtype,), shape_doc="(B, T, 1)")
+    if write.shape[2] != 3 or read.shape[:2] != (B, T) or read.shape[2] < 2 or read.shape[3] != D \
+            or gate.shape != (B, T, 1):
+        raise ValueError(f"write must be (B, T, 3, D), read (B, T, 1 + R, D) with R >= 1 and gate (B, T, 1); got "
+                         f"{tuple(write.shape)}, {tuple(read.shape)} and {tuple(gate.shape)}")
+    scale = check_number("scale", scale)
+    if T == 0:
+        return write.new_zeros(B, 0, D)
     if form == "tensor":
         memory = write.new_zeros(B, D, D, D)
         reads = []
@@ -190,9 +201,10 @@ class FastWeightMemory(nn.Module):
         return context.view(B, self.n_inputs, T, self.hidden).permute(0, 2, 1, 3)
 
     def forward(self, x: torch.Tensor, return_details: bool = False):
-        x = check_tensor("x", x, ndim=3, shape_doc="(batch, time, input_dim)")
-        if x.shape[-1] != self.input_dim:
-            raise ValueError(f"x must have input_dim = {self.input_dim} features, got shape {tuple(x.shape)}")
+        x = check_tensor("x", x, ndim=3, dtypes=(_dtype(self),), shape_doc="(batch, time, input_dim)")
+        if x.shape[-1] != self.input_dim or x.shape[1] == 0:
+            raise ValueError(f"x must have input_dim = {self.input_dim} features and at least one step, got shape "
+                             f"{tuple(x.shape)}")
         B, T, _ = x.shape
         D = self.component_dim
         c = self.features(x)  # (B, T, N, H)
@@ -221,6 +233,9 @@ def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e
     masked quadratic form is used (cheaper than the recurrent fast-weight form at the short lengths this
     package trains on; the two are equal, which the tests check).
     """
+    if q.shape != k.shape or v.shape[:-1] != q.shape[:-1]:
+        raise ValueError(f"q and k must be (B, H, T, d) and v (B, H, T, d_v) with the same B, H, T; got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}")
     scores = (q @ k.transpose(-1, -2)).tril()  # (B, H, T, T), zero above the diagonal: causal
     return (scores @ v) / (scores.sum(-1, keepdim=True) + eps)
 
@@ -230,12 +245,13 @@ class LinearTransformerLayer(nn.Module):
 
     q, k, v per head from one linear map of the token h; with ``decomposition="aid"`` the 2H heads' keys and
     values are AID's initial components, refined by attention over 2H sub-vectors of a linear map of h. Then
-    :math:`o = \mathrm{LayerNorm}(h + W_o\,\mathrm{dropout}(\mathrm{LinAttn}(\phi(q), \phi(k), v)) / \sqrt{d})`.
+    :math:`o = \mathrm{LayerNorm}(h + \mathrm{dropout}(W_o\,\mathrm{LinAttn}(\phi(q), \phi(k), v) / \sqrt{d}))`.
 
     Args:
         d_model: token width. n_heads: heads H. d_head: per-head width.
         decomposition: ``"aid"`` or ``"mlp"`` (the plain linear transformer).
-        iterations: AID iterations. dropout: on the layer output.
+        iterations: AID iterations. dropout: on the layer output. aid_dropout: AID's dropout on the layer's own
+        keys and values (0.5, as the paper's code hard-codes it). eps: the normaliser's floor and AID's.
 
     Shapes:
         - input: (batch, time, d_model)
@@ -243,7 +259,7 @@ class LinearTransformerLayer(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, decomposition: str = "aid", iterations: int = 2,
-                 dropout: float = 0.0, eps: float = 1e-5) -> None:
+                 dropout: float = 0.0, aid_dropout: float = 0.5, eps: float = 1e-5) -> None:
         super().__init__()
         self.decomposition = _check_decomposition(decomposition)
         self.d_model = check_int("d_model", d_model, minimum=1)
@@ -253,13 +269,14 @@ class LinearTransformerLayer(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * H * d_head, bias=False)
         if decomposition == "aid":
             self.aid_inputs = nn.Linear(d_model, 2 * H * d_head)
-            self.aid = AID(d_head, 2 * H, 2 * H, d_head, iterations, mlp_hidden=2 * d_head, initial_map=False)
+            self.aid = AID(d_head, 2 * H, 2 * H, d_head, iterations, mlp_hidden=2 * d_head, dropout=aid_dropout,
+                           eps=eps, initial_map=False)
         self.out = nn.Linear(H * d_head, d_model, bias=False)
         self.norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(check_number("dropout", dropout, minimum=0.0, maximum=1.0))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        h = check_tensor("h", h, ndim=3, shape_doc="(batch, time, d_model)")
+        h = check_tensor("h", h, ndim=3, dtypes=(_dtype(self),), shape_doc="(batch, time, d_model)")
         if h.shape[-1] != self.d_model:
             raise ValueError(f"h must have d_model = {self.d_model} features, got shape {tuple(h.shape)}")
         B, T, _ = h.shape

@@ -80,6 +80,9 @@ def train_sar(model: SARNetwork, task: SARTask, steps: int, *, batch_size: int =
     check_number("lr", lr, minimum=0.0, exclusive=True)
     check_number("clip", clip, minimum=0.0, exclusive=True)
     evaluate_on = dict(evaluate_on or {})
+    for name, held_out in evaluate_on.items():
+        if not isinstance(held_out, SARBatch):
+            raise TypeError(f"evaluate_on[{name!r}] must be a SARBatch, got {type(held_out).__name__}")
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     history = SARHistory(accuracy={name: [] for name in evaluate_on})
     model.train()
