@@ -1,6 +1,8 @@
 import pytest
+import torch
 
-from iclr24.aid.experiment import CLAIM_BOUND, CLAIM_FIT, CLAIM_UNSEEN, LABELS, Config, _claims, _lm_claim
+from iclr24.aid import LinearTransformerLM, SARNetwork
+from iclr24.aid.experiment import CLAIM_BOUND, CLAIM_FIT, CLAIM_UNSEEN, LABELS, Config, _claims, _lm_claim, _paired
 from iclr24.core.experiment import get_experiment
 from iclr24.core.runner import run
 
@@ -41,6 +43,14 @@ def test_lm_claim_follows_the_paired_median():
     cfg = Config()
     assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 3.9, 2.5]}, cfg).holds  # -0.5, +0.1, -0.5
     assert not _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [2.5, 3.9, 2.5]}, cfg).holds  # +0.5, +0.1, -0.5
+
+
+def test_the_variants_start_from_the_same_shared_weights():
+    for build in (lambda d: SARNetwork(13, 5, decomposition=d, hidden=8, component_dim=4),
+                  lambda d: LinearTransformerLM(8, 8, d_model=8, n_heads=2, d_head=4, decomposition=d)):
+        plain, aid = _paired(3, "mlp", build).state_dict(), _paired(3, "aid", build).state_dict()
+        assert set(plain) < set(aid)
+        assert all(torch.equal(plain[k], aid[k]) for k in plain)
 
 
 def test_config_errors():

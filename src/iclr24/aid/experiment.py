@@ -63,8 +63,11 @@ class Config:
     eval_every: int = 250
     eval_sequences: int = 256
     # The language-model check: recall sequences of lm_pairs pairs and as many queries, keys and values
-    # from lm_vocab tokens each; a 2-layer linear transformer (d_model 64, 4 heads of 16).
+    # from lm_vocab tokens each; a linear transformer of lm_layers layers (d_model 64: 4 heads of 16).
     lm_steps: int = 1000
+    lm_layers: int = 2
+    lm_batch: int = 32
+    lm_lr: float = 3e-3
     lm_pairs: int = 4
     lm_vocab: int = 16
     lm_d_model: int = 64
@@ -72,12 +75,15 @@ class Config:
     def __post_init__(self) -> None:
         if min(self.seeds, self.n_words, self.n_pairs, self.embedding_dim, self.input_proj_dim, self.hidden,
                self.component_dim, self.mlp_hidden, self.steps, self.batch_size, self.eval_every,
-               self.eval_sequences, self.lm_steps, self.lm_pairs, self.lm_vocab, self.lm_d_model) < 1:
+               self.eval_sequences, self.lm_steps, self.lm_pairs, self.lm_vocab, self.lm_d_model,
+               self.lm_layers, self.lm_batch) < 1:
             raise ValueError("seeds, sizes, steps, batch_size, eval_every and eval_sequences must be >= 1")
         if not self.ratios or any(not 0 <= r <= 1 for r in self.ratios):
             raise ValueError(f"ratios must be a non-empty tuple of values in [0, 1], got {self.ratios}")
         if self.n_pairs > self.n_words:
             raise ValueError(f"n_pairs must be <= n_words, got {self.n_pairs} > {self.n_words}")
+        if not self.lm_lr > 0:
+            raise ValueError(f"lm_lr must be > 0, got {self.lm_lr}")
         if self.lm_pairs > self.lm_vocab:
             raise ValueError(f"lm_pairs must be <= lm_vocab, got {self.lm_pairs} > {self.lm_vocab}")
         if self.lm_d_model % 4:
@@ -96,16 +102,29 @@ PRESETS = {
 }
 
 
+def _paired(seed: int, decomposition: str, build):
+    """``build(decomposition)`` whose parameters shared with the MLP variant are the MLP variant's initial ones
+    (AID's extra layers draw random numbers too, so seeding alone would not pair them)."""
+    torch.manual_seed(seed)
+    plain = build("mlp")
+    if decomposition == "mlp":
+        return plain
+    torch.manual_seed(seed)
+    model = build(decomposition)
+    missing, unexpected = model.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected, f"the MLP variant has parameters the AID variant lacks: {unexpected}"
+    return model
+
+
 def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int):
     """Train one variant on one seed; returns (model, history, held-out batches)."""
     task = sar_task(cfg.n_words, cfg.n_pairs, ratio, seed=seed)
     held_out = torch.Generator().manual_seed(10_000 + seed)  # the same held-out sequences for both variants
     evaluate_on = {"seen": task.sample(cfg.eval_sequences, held_out, "train"),
                    "unseen": task.sample(cfg.eval_sequences, held_out, "unseen")}
-    torch.manual_seed(seed)  # the same initialisation of the shared parts for both variants
-    model = SARNetwork(task.vocab_size, cfg.embedding_dim, decomposition=decomposition,
-                       input_proj_dim=cfg.input_proj_dim, hidden=cfg.hidden, component_dim=cfg.component_dim,
-                       iterations=cfg.iterations, mlp_hidden=cfg.mlp_hidden)
+    model = _paired(seed, decomposition, lambda d: SARNetwork(
+        task.vocab_size, cfg.embedding_dim, decomposition=d, input_proj_dim=cfg.input_proj_dim, hidden=cfg.hidden,
+        component_dim=cfg.component_dim, iterations=cfg.iterations, mlp_hidden=cfg.mlp_hidden))
     history = train_sar(model, task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, clip=cfg.clip,
                         eval_every=cfg.eval_every, evaluate_on=evaluate_on,
                         generator=torch.Generator().manual_seed(seed),
@@ -169,10 +188,11 @@ def _language_model_check(cfg: Config, ctx: RunContext) -> tuple[dict[str, list[
     for s in range(cfg.seeds):
         seed = ctx.seed + s
         for v in VARIANTS:
-            torch.manual_seed(seed)
-            model = LinearTransformerLM(2 * cfg.lm_vocab, 4 * cfg.lm_pairs, d_model=cfg.lm_d_model,
-                                        d_head=cfg.lm_d_model // 4, decomposition=v)
-            train_recall_lm(model, cfg.lm_steps, generator=torch.Generator().manual_seed(seed),
+            model = _paired(seed, v, lambda d: LinearTransformerLM(
+                2 * cfg.lm_vocab, 4 * cfg.lm_pairs, d_model=cfg.lm_d_model, n_layers=cfg.lm_layers,
+                d_head=cfg.lm_d_model // 4, decomposition=d))
+            train_recall_lm(model, cfg.lm_steps, batch_size=cfg.lm_batch, lr=cfg.lm_lr,
+                            generator=torch.Generator().manual_seed(seed),
                             description=f"linear transformer LM ({v}), seed {seed}", **corpus)
             everything, recall = recall_perplexity(model, held_out)
             perplexity[v].append(recall)
@@ -190,18 +210,20 @@ def _lm_claim(perplexity: dict[str, list[float]], cfg: Config) -> Claim:
                  f"perplexity on the queried values of held-out recall sequences (chance {cfg.lm_vocab}): with AID "
                  f"{statistics.mean(perplexity['aid']):.3f}, without {statistics.mean(perplexity['mlp']):.3f}; "
                  f"median paired difference {median:+.3f}, lower with AID in {sum(d < 0 for d in diffs)}/{len(diffs)}"
-                 f" seeds (2 layers, {cfg.lm_steps} steps)",
+                 f" seeds ({cfg.lm_layers} layers, {cfg.lm_steps} steps)",
                  median < 0, "median over seeds of (recall perplexity, AID - plain) < 0")
 
 
 def _notes(cfg: Config) -> str:
-    return (f"{cfg.seeds} seeds per ratio, paired (same data, same held-out sequences, same initialisation of "
-            f"the shared parts). SAR with {cfg.n_words} words per list and {cfg.n_pairs} pairs per sequence; "
+    return (f"{cfg.seeds} seeds per ratio, paired (same data, same held-out sequences, same initial weights of "
+            f"the parts the two variants share). SAR with {cfg.n_words} words per list and {cfg.n_pairs} pairs per "
+            f"sequence; "
             f"FWM with {cfg.hidden}-unit LSTM, 3 input features, components of size {cfg.component_dim} "
             f"(memory {cfg.component_dim}^3), AID with {cfg.iterations} iterations; {cfg.steps} Adam steps of "
             f"{cfg.batch_size} sequences (lr {cfg.lr:g}). Accuracies on {cfg.eval_sequences} held-out "
             f"sequences per split. The paper: 250 words per list, 100 pairs, hidden 256, memory 32^3, 30k "
-            f"steps, 10 seeds. Language-model check: {cfg.lm_steps} Adam steps (lr 3e-3, 32 sequences of "
+            f"steps, 10 seeds. Language-model check: {cfg.lm_layers} layers, {cfg.lm_steps} Adam steps (lr "
+            f"{cfg.lm_lr:g}, {cfg.lm_batch} sequences of "
             f"{cfg.lm_pairs} pairs + {cfg.lm_pairs} queries over {cfg.lm_vocab} keys and {cfg.lm_vocab} values). "
             f"See docs/aid.md.")
 
