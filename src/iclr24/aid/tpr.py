@@ -205,7 +205,6 @@ class FastWeightMemory(nn.Module):
         if x.shape[-1] != self.input_dim or x.shape[1] == 0:
             raise ValueError(f"x must have input_dim = {self.input_dim} features and at least one step, got shape "
                              f"{tuple(x.shape)}")
-        B, T, _ = x.shape
         D = self.component_dim
         c = self.features(x)  # (B, T, N, H)
         c_cat = c.flatten(2)  # (B, T, N * H)
