@@ -47,3 +47,77 @@ def test_real_datasets_load_from_a_local_path_only(tmp_path):
         load_real_dataset("chameleon", tmp_path)
     with pytest.raises(ValueError, match="unknown dataset 'cora'"):
         load_real_dataset("cora", tmp_path)
+
+
+# --- the collapse experiment's data and claims --------------------------------------------------------------
+
+def test_clustered_digraphs_have_bonds_heavy_clusters_and_a_target_of_the_collapsed_graph():
+    from iclr24.holonets.data import clustered_digraphs, collapse_graph, scale_heavy_edges
+
+    graphs = clustered_digraphs(5, seed=0)
+    assert [g.y for g in graphs] == [g.y for g in clustered_digraphs(5, seed=0)]  # seeded
+    for data in graphs:
+        heavy = data.edge_index[:, data.heavy]
+        # every heavy edge has a twin of the same weight the other way (bonds)
+        forward = {(int(a), int(b)): float(w) for (a, b), w in zip(heavy.T, data.edge_weight[data.heavy])}
+        assert all(forward.get((b, a)) is not None for (a, b) in forward)
+        coarse = collapse_graph(data)
+        assert coarse.node_weight.sum() == data.num_nodes and coarse.num_nodes < data.num_nodes
+        assert torch.equal(coarse.y, data.y)
+        scaled = scale_heavy_edges(data, 100.0)
+        torch.testing.assert_close(scaled.edge_weight[data.heavy], 100.0 * data.edge_weight[data.heavy])
+        torch.testing.assert_close(scaled.edge_weight[~data.heavy], data.edge_weight[~data.heavy])
+    # the target reads direction: flipping every light edge changes it
+    data = graphs[0]
+    flipped = data.clone()
+    flipped.edge_index = torch.where(data.heavy, data.edge_index, data.edge_index.flip(0))
+    from iclr24.holonets.data import _collapsed_target
+
+    assert not torch.allclose(_collapsed_target(collapse_graph(flipped)), data.y)
+    with pytest.raises(ValueError, match="scale must be a finite number > 0, got 0"):
+        scale_heavy_edges(data, 0)
+
+
+def _outcome(resolv_shift=1e-5, baseline_shift=0.6, resolv_mae=(2.0, 2.01), baseline_mae=3.0):
+    from iclr24.holonets.experiment import COLLAPSE_MODELS, CollapseOutcome
+
+    scales = (1.0, 1e4)
+    shift = {(m, s): (resolv_shift if m == "Dir-ResolvNet" else baseline_shift)
+             for m in COLLAPSE_MODELS for s in scales}
+    mae = {(m, s): (resolv_mae[1] if m == "Dir-ResolvNet" else baseline_mae) for m in COLLAPSE_MODELS for s in scales}
+    coarse = {m: (resolv_mae[0] if m == "Dir-ResolvNet" else 1.0) for m in COLLAPSE_MODELS}
+    per_seed = {(m, s, 0): (mae[m, s], shift[m, s]) for m in COLLAPSE_MODELS for s in scales}
+    return CollapseOutcome(coarse, mae, shift, per_seed)
+
+
+def test_collapse_claims_hold_on_clear_measurements_and_can_fail():
+    from iclr24.holonets.experiment import CLAIM_COLLAPSE, CLAIM_TRANSFER, Config, _collapse_claims
+
+    cfg = Config(seeds=1, scales=(1.0, 1e4))
+
+    def holds(outcome):
+        return {c.statement: c.holds for c in _collapse_claims(outcome, cfg)}
+
+    assert holds(_outcome()) == {CLAIM_COLLAPSE: True, CLAIM_TRANSFER: True}
+    assert not holds(_outcome(resolv_shift=0.02))[CLAIM_COLLAPSE]  # ResolvNet moved
+    assert not holds(_outcome(baseline_shift=0.05))[CLAIM_COLLAPSE]  # a baseline was stable too
+    assert not holds(_outcome(resolv_mae=(2.0, 2.2)))[CLAIM_TRANSFER]  # worse on the fine graphs
+    assert not holds(_outcome(baseline_mae=1.9))[CLAIM_TRANSFER]  # a baseline predicts them better
+
+
+def test_config_refuses_bad_collapse_settings():
+    from iclr24.holonets.experiment import Config
+
+    with pytest.raises(ValueError, match="collapse_graphs must be three counts >= 1"):
+        Config(collapse_graphs=(10, 0, 5))
+    with pytest.raises(ValueError, match="scales must be a non-empty list of positive numbers"):
+        Config(scales=(1.0, -2.0))
+
+
+def test_faber_conv_follows_double_edge_weights():
+    from iclr24.holonets import FaberConv
+
+    conv = FaberConv(2, 3).double()
+    out = conv(torch.randn(3, 2, dtype=torch.float64), torch.tensor([[0, 1], [1, 2]]),
+               torch.tensor([1.0, 2.0], dtype=torch.float64))
+    assert out.dtype == torch.float64

@@ -1,4 +1,4 @@
-"""HoloNets: spectral convolutions on directed graphs (FaberNet).
+"""HoloNets: spectral convolutions on directed graphs (FaberNet, Dir-ResolvNet).
 
 Christian Koke, Daniel Cremers. "HoloNets: Spectral Convolutions do Extend to Directed Graphs".
 ICLR 2024. https://arxiv.org/abs/2310.02232
@@ -7,17 +7,24 @@ ICLR 2024. https://arxiv.org/abs/2310.02232
     conv = FaberConv(16, 32, K=3, alpha=0.5)
     out = conv(x, edge_index)                            # edge_index[:, e] = (i, j) means i -> j
 
-The operators and frequency response (``characteristic_operator``, ``faber_response``) need
-only torch; ``FaberConv``, ``FaberNet`` and the data generators need PyTorch Geometric
-(``pip install 'iclr24[graph]'``), imported when first used.
+    from iclr24.holonets import ResolventConv           # Dir-ResolvNet's filter: stable as clusters collapse
+    out = ResolventConv(16, 32, K=2, omega=1.0)(x, edge_index, edge_weight, batch=batch)
+
+The operators, ``ResolventConv`` and ``collapse_clusters`` need only torch and scipy; ``FaberConv``,
+``FaberNet`` and the data generators need PyTorch Geometric (``pip install 'iclr24[graph]'``),
+imported when first used.
 """
 
 from iclr24.holonets.operators import (
+    CollapsedGraph,
     characteristic_operator,
+    collapse_clusters,
     dense_characteristic_operator,
+    dense_laplacian,
     faber_response,
     spectrum,
 )
+from iclr24.holonets.resolvent import ResolventConv
 
 _LAZY = {
     "FaberConv": "iclr24.holonets.conv",
@@ -26,10 +33,14 @@ _LAZY = {
     "flow_dsbm": "iclr24.holonets.data",
     "cyclic_dsbm": "iclr24.holonets.data",
     "subdivide_edges": "iclr24.holonets.data",
+    "clustered_digraphs": "iclr24.holonets.data",
+    "collapse_graph": "iclr24.holonets.data",
+    "scale_heavy_edges": "iclr24.holonets.data",
     "load_real_dataset": "iclr24.holonets.data",
 }
 
-__all__ = ["characteristic_operator", "dense_characteristic_operator", "faber_response", "spectrum", *_LAZY]
+__all__ = ["CollapsedGraph", "ResolventConv", "characteristic_operator", "collapse_clusters",
+           "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum", *_LAZY]
 
 
 def require_pyg() -> None:

@@ -1,7 +1,8 @@
-"""Directed graphs for node classification: generators, a refinement perturbation, local loaders.
+"""Directed graphs: node-classification generators, a refinement perturbation, local loaders, and
+weighted graphs with heavy clusters for the collapse experiment.
 
-Generators return ``torch_geometric.data.Data`` with ``x``, ``edge_index`` (``i -> j``), ``y``
-and seeded ``train_mask`` / ``val_mask`` / ``test_mask`` (50 / 25 / 25).
+Node-classification generators return ``torch_geometric.data.Data`` with ``x``, ``edge_index``
+(``i -> j``), ``y`` and seeded ``train_mask`` / ``val_mask`` / ``test_mask`` (50 / 25 / 25).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["REAL_DATASETS", "cyclic_dsbm", "flow_dsbm", "load_real_dataset", "subdivide_edges", "syn_dir"]
+__all__ = ["REAL_DATASETS", "clustered_digraphs", "collapse_graph", "cyclic_dsbm", "flow_dsbm", "load_real_dataset",
+           "scale_heavy_edges", "subdivide_edges", "syn_dir"]
 
 #: The paper's real data sets and the files ``load_real_dataset`` expects under ``root/<name>/``.
 REAL_DATASETS = ("chameleon", "squirrel", "arxiv-year", "snap-patents", "roman-empire")
@@ -142,3 +144,111 @@ def load_real_dataset(name: str, root: str | Path):
             f"(see iclr24.holonets.data.load_real_dataset's docstring for the sources); nothing is downloaded."
         )
     return torch.load(path, weights_only=False)
+
+
+# --- weighted graphs whose heavy clusters collapse -------------------------------------------------------
+
+
+def clustered_digraphs(num_graphs: int, *, min_clusters: int = 5, max_clusters: int = 10, max_cluster_size: int = 4,
+                       feature_dim: int = 4, out_degree: float = 1.5, directed_clusters: bool = False,
+                       seed: int = 0) -> list:
+    """Small weighted directed graphs, molecule-like: clusters of 1..``max_cluster_size`` nodes bound by
+    heavy edges, and light edges between clusters.
+
+    Inside a cluster the heavy edges are a cycle plus random chords, with weights drawn from
+    [0.5, 2], so the cluster is strongly connected. They are bonds, each edge with a twin of the same
+    weight the other way, unless ``directed_clusters`` (then each cluster's left kernel vector is not
+    uniform and only a forward-only resolvent filter converges to the collapsed graph).
+    Each ordered pair of clusters is linked with probability ``out_degree / (clusters - 1)`` by one
+    or two light edges (weights in [0.2, 1]) between random members. Node features are standard
+    normal; every node has ``node_weight`` 1 (a collapsed cluster's is its size, like a mass).
+
+    The regression target is a function of the collapsed graph (:func:`collapse_graph`), the object
+    both resolutions describe: with ``s = x[:, 0]`` and ``u = x[:, 1]`` of the coarse nodes,
+    ``y = sum_c mu_c (tanh(sum_{c->d} w_cd s_d - sum_{d->c} w_dc s_d) + u_c / 2)``, out-neighbours
+    minus in-neighbours, so direction matters. Each ``Data`` has ``x``, ``edge_index``,
+    ``edge_weight`` (heavy edges at scale 1), ``heavy`` (bool per edge), ``node_weight`` and ``y`` (1,).
+    """
+    from torch_geometric.data import Data
+
+    from iclr24.core.checks import check_int
+
+    check_int("num_graphs", num_graphs, minimum=1)
+    check_int("min_clusters", min_clusters, minimum=2)
+    check_int("max_clusters", max_clusters, minimum=min_clusters)
+    check_int("max_cluster_size", max_cluster_size, minimum=1)
+    check_int("feature_dim", feature_dim, minimum=2)
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for _ in range(num_graphs):
+        n_clusters = int(torch.randint(min_clusters, max_clusters + 1, (1,), generator=g))
+        sizes = torch.randint(1, max_cluster_size + 1, (n_clusters,), generator=g)
+        starts = torch.cumsum(sizes, 0) - sizes
+        edges, weights, heavy = [], [], []
+        for start, size in zip(starts.tolist(), sizes.tolist()):
+            if size == 1:
+                continue
+            order = start + torch.randperm(size, generator=g)
+            chords = torch.randint(size, (2, size), generator=g)
+            chords = start + chords[:, chords[0] != chords[1]]
+            inside = torch.cat([torch.stack([order, order.roll(-1)]), chords], dim=1)
+            bond = 0.5 + 1.5 * torch.rand(inside.size(1), generator=g)
+            if not directed_clusters:
+                inside, bond = torch.cat([inside, inside.flip(0)], dim=1), torch.cat([bond, bond])
+            edges.append(inside)
+            weights.append(bond)
+            heavy.append(torch.ones(inside.size(1), dtype=torch.bool))
+        linked = torch.rand(n_clusters, n_clusters, generator=g) < out_degree / (n_clusters - 1)
+        linked.fill_diagonal_(False)
+        for c, d in linked.nonzero().tolist():
+            count = int(torch.randint(1, 3, (1,), generator=g))
+            ends = torch.stack([starts[c] + torch.randint(int(sizes[c]), (count,), generator=g),
+                                starts[d] + torch.randint(int(sizes[d]), (count,), generator=g)])
+            edges.append(ends)
+            weights.append(0.2 + 0.8 * torch.rand(count, generator=g))
+            heavy.append(torch.zeros(count, dtype=torch.bool))
+        n = int(sizes.sum())
+        edge_index = torch.cat(edges, dim=1) if edges else torch.zeros(2, 0, dtype=torch.long)
+        data = Data(x=torch.randn(n, feature_dim, generator=g), edge_index=edge_index,
+                    edge_weight=torch.cat(weights) if weights else torch.zeros(0),
+                    heavy=torch.cat(heavy) if heavy else torch.zeros(0, dtype=torch.bool),
+                    node_weight=torch.ones(n))
+        data.y = _collapsed_target(collapse_graph(data))
+        graphs.append(data)
+    return graphs
+
+
+def _collapsed_target(coarse) -> Tensor:
+    s, u = coarse.x[:, 0], coarse.x[:, 1]
+    src, dst = coarse.edge_index
+    w = coarse.edge_weight
+    flow = (torch.zeros(coarse.num_nodes, dtype=w.dtype).index_add_(0, src, w * s[dst])
+            - torch.zeros(coarse.num_nodes, dtype=w.dtype).index_add_(0, dst, w * s[src]))
+    return (coarse.node_weight * (torch.tanh(flow) + 0.5 * u)).sum().reshape(1).float()
+
+
+def scale_heavy_edges(data, scale: float):
+    """A copy of ``data`` with its ``heavy`` edges' weights multiplied by ``scale`` (> 0)."""
+    if not (isinstance(scale, (int, float)) and 0 < scale < float("inf")):
+        raise ValueError(f"scale must be a finite number > 0, got {scale}")
+    out = data.clone()
+    out.edge_weight = torch.where(data.heavy, data.edge_weight * scale, data.edge_weight)
+    return out
+
+
+def collapse_graph(data):
+    """The graph ``data``'s heavy clusters collapse to (:func:`~iclr24.holonets.collapse_clusters`):
+    features projected with the clusters' left kernel weights, node weights summed, ``y`` kept."""
+    from torch_geometric.data import Data
+
+    from iclr24.holonets.operators import collapse_clusters
+
+    collapsed = collapse_clusters(data.edge_index, data.num_nodes, data.edge_weight, heavy=data.heavy,
+                                  node_weight=data.node_weight)
+    node_weight = collapsed.node_weight.to(data.node_weight.dtype)
+    x = collapsed.project(data.x.double()).to(data.x.dtype)
+    coarse = Data(x=x, edge_index=collapsed.edge_index, edge_weight=collapsed.edge_weight.to(data.x.dtype),
+                  heavy=torch.zeros(collapsed.edge_index.size(1), dtype=torch.bool), node_weight=node_weight)
+    if "y" in data:
+        coarse.y = data.y
+    return coarse

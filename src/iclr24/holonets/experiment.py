@@ -1,11 +1,15 @@
 """Reproduction of HoloNets' claims on directed graphs generated in-process.
 
-Models (2 layers, same hidden width and training, every graph model with a root (self) weight): an
-MLP, GCN on the symmetrised graph, PyG's ``DirGNNConv(GCNConv)`` (Dir-GNN), and FaberNet. Graphs:
-Dir-GNN's ``syn-dir`` and a flow-imbalance DSBM (direction is the only signal), and a cyclic heterophilic DSBM with
-informative features as the control. Test accuracy at the best validation epoch, mean over
-seeds. Stability: the trained models on a refined graph (a fraction of the edges
-subdivided), accuracy change on the original test nodes.
+Node classification. Models (2 layers, same hidden width and training, every graph model with a root
+(self) weight): an MLP, GCN on the symmetrised graph, PyG's ``DirGNNConv(GCNConv)`` (Dir-GNN), and
+FaberNet. Graphs: Dir-GNN's ``syn-dir`` and a flow-imbalance DSBM (direction is the only signal), and a
+cyclic heterophilic DSBM with informative features as the control. Test accuracy at the best
+validation epoch, mean over seeds.
+
+Scale-insensitivity (the paper's stability result, for resolvent filters): graph regression on small
+weighted directed graphs whose heavy clusters (bonds) collapse. Dir-ResolvNet, FaberNet, GCN and Dir-GNN
+layers in the same regressor, trained on the collapsed graphs, then run on the fine graphs with the
+heavy edges scaled by 1 .. 1e4: how far their predictions move from those on the collapsed graphs.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ PAPER_REAL = {"squirrel": (76.71, 74.71), "chameleon": (80.33, 79.71), "arxiv-ye
 CLAIM_GCN = "on directional heterophilic graphs FaberNet beats GCN by a wide margin"
 CLAIM_DIRGNN = "FaberNet matches or beats Dir-GNN"
 CLAIM_CONTROL = "on the non-directional control GCN is no strawman and FaberNet keeps up"
-CLAIM_STABLE = "under a resolution refinement FaberNet's accuracy moves less than the baselines'"
+CLAIM_COLLAPSE = ("as heavy clusters collapse, Dir-ResolvNet's predictions converge to those on the collapsed "
+                  "graph, unlike the baselines'")
+CLAIM_TRANSFER = "trained on collapsed graphs, Dir-ResolvNet predicts the fine-resolution graphs best"
+COLLAPSE_MODELS = ("Dir-ResolvNet", "FaberNet", "GCN", "Dir-GNN")
 
 
 @dataclass(frozen=True)
@@ -50,19 +57,30 @@ class Config:
     alpha: float = 0.5
     syn_dir_nodes: int = 5000
     dsbm_nodes: int = 2500
-    refine_fraction: float = 0.3
+    # the collapse experiment: graph counts, epochs, resolvent powers and point, heavy-edge scales
+    collapse_graphs: tuple[int, int, int] = (800, 200, 200)
+    collapse_epochs: int = 200
+    resolvent_K: int = 2
+    omega: float = 1.0
+    scales: tuple[float, ...] = (1.0, 10.0, 100.0, 1e3, 1e4)
 
     def __post_init__(self) -> None:
-        if self.seeds < 1 or self.epochs < 1:
-            raise ValueError(f"seeds and epochs must be >= 1, got {self.seeds} and {self.epochs}")
-        if not 0.0 < self.refine_fraction <= 1.0:
-            raise ValueError(f"refine_fraction must lie in (0, 1], got {self.refine_fraction}")
+        if self.seeds < 1 or self.epochs < 1 or self.collapse_epochs < 1:
+            raise ValueError(f"seeds, epochs and collapse_epochs must be >= 1, got {self.seeds}, {self.epochs} "
+                             f"and {self.collapse_epochs}")
+        if len(self.collapse_graphs) != 3 or min(self.collapse_graphs) < 1:
+            raise ValueError("collapse_graphs must be three counts >= 1 (train, val, test), "
+                             f"got {self.collapse_graphs}")
+        if not self.scales or min(self.scales) <= 0:
+            raise ValueError(f"scales must be a non-empty list of positive numbers, got {self.scales}")
 
 
 PRESETS = {
-    "smoke": Config(seeds=1, epochs=5, hidden=8, syn_dir_nodes=400, dsbm_nodes=250),
+    "smoke": Config(seeds=1, epochs=5, hidden=8, syn_dir_nodes=400, dsbm_nodes=250, collapse_graphs=(24, 8, 8),
+                    collapse_epochs=3, scales=(1.0, 1e4)),
     "quick": Config(),
-    "paper": Config(seeds=10, epochs=500, hidden=64, syn_dir_nodes=20000, dsbm_nodes=10000),
+    "paper": Config(seeds=10, epochs=500, hidden=64, syn_dir_nodes=20000, dsbm_nodes=10000,
+                    collapse_graphs=(4000, 500, 1000), collapse_epochs=500, scales=(1.0, 10.0, 100.0, 1e3, 1e4, 1e5)),
 }
 
 
@@ -70,15 +88,15 @@ PRESETS = {
     name="holonets",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_GCN, CLAIM_DIRGNN, CLAIM_CONTROL, CLAIM_STABLE],
-    description="FaberNet: holomorphic spectral filters of a directed graph's characteristic operator.",
+    claims=[CLAIM_GCN, CLAIM_DIRGNN, CLAIM_CONTROL, CLAIM_COLLAPSE, CLAIM_TRANSFER],
+    description="FaberNet and Dir-ResolvNet: holomorphic filters of a directed graph's characteristic operators.",
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
-    """MLP, GCN, Dir-GNN and FaberNet on directional and control graphs, and under refinement."""
+    """Node classification (MLP, GCN, Dir-GNN, FaberNet) and the weighted collapse experiment."""
     from iclr24.holonets import require_pyg
 
     require_pyg()
-    from iclr24.holonets.data import cyclic_dsbm, flow_dsbm, subdivide_edges, syn_dir
+    from iclr24.holonets.data import cyclic_dsbm, flow_dsbm, syn_dir
 
     builders = {
         "syn-dir": lambda s: syn_dir(cfg.syn_dir_nodes, p=5.0 / cfg.syn_dir_nodes, seed=s),
@@ -86,9 +104,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         CONTROL: lambda s: cyclic_dsbm(cfg.dsbm_nodes, seed=s),
     }
     acc = {(d, m): [] for d in builders for m in MODELS}
-    refined = {m: [] for m in MODELS}
     faber_example = None
-    with ctx.progress("training", total=len(builders) * len(MODELS) * cfg.seeds) as bar:
+    with ctx.progress("node classification", total=len(builders) * len(MODELS) * cfg.seeds) as bar:
         for dataset, build in builders.items():
             for s in range(cfg.seeds):
                 seed = ctx.seed * 100 + s
@@ -98,30 +115,39 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                     model = _make_model(name, data.num_features, cfg.hidden, int(data.y.max()) + 1, cfg)
                     model, test_acc = _train(model, data, cfg)
                     acc[dataset, name].append(test_acc)
-                    if dataset == "flow-dsbm":
-                        refined[name].append(_accuracy(model, subdivide_edges(data, cfg.refine_fraction, seed),
-                                                       "test_mask") - test_acc)
-                        if name == "FaberNet" and faber_example is None:
-                            faber_example = model
+                    if dataset == "flow-dsbm" and name == "FaberNet" and faber_example is None:
+                        faber_example = model
                     bar.advance()
             ctx.log(f"{dataset}: " + ", ".join(f"{m} {statistics.mean(acc[dataset, m]):.3f}" for m in MODELS))
     mean = {k: statistics.mean(v) for k, v in acc.items()}
-    shift = {m: statistics.mean(v) for m, v in refined.items()}
-    ctx.log("accuracy change under refinement: " + ", ".join(f"{m} {v:+.3f}" for m, v in shift.items()))
+    collapse = _collapse_experiment(cfg, ctx)
 
     metrics = {f"acc_{d}_{m}": v for (d, m), v in mean.items()}
-    metrics.update({f"refined_change_{m}": v for m, v in shift.items()})
+    for m in COLLAPSE_MODELS:
+        metrics[f"collapse_mae_coarse_{m}"] = collapse.mae_coarse[m]
+        for scale in cfg.scales:
+            metrics[f"collapse_shift_{m}_s{scale:g}"] = collapse.shift[m, scale]
+            metrics[f"collapse_mae_{m}_s{scale:g}"] = collapse.mae_fine[m, scale]
     rows = [{"dataset": d, **{m: mean[d, m] for m in MODELS}} for d in builders]
-    rows.append({"dataset": f"flow-dsbm, {cfg.refine_fraction:.0%} edges subdivided (change)",
-                 **{m: shift[m] for m in MODELS}})
-    claims = _claims(mean, shift, acc)
-    figures = {"accuracy.png": _plot_accuracy(mean, shift, list(builders)),
-               "frequency_response.png": _plot_response(faber_example, cfg)}
-    notes = (f"Mean test accuracy over {cfg.seeds} seeds, at the best validation epoch of {cfg.epochs}. "
-             "Paper's real-data numbers (FaberNet vs Dir-GNN): "
+    collapse_rows = [{"model": m, "MAE on collapsed graphs": collapse.mae_coarse[m],
+                      **{f"shift at scale {s:g}": collapse.shift[m, s] for s in cfg.scales},
+                      **{f"MAE at scale {s:g}": collapse.mae_fine[m, s] for s in cfg.scales}}
+                     for m in COLLAPSE_MODELS]
+    claims = [*_claims(mean, acc), *_collapse_claims(collapse, cfg)]
+    figures = {"accuracy.png": _plot_accuracy(mean, list(builders)),
+               "frequency_response.png": _plot_response(faber_example, cfg),
+               "collapse.png": _plot_collapse(collapse, cfg)}
+    notes = (f"Node classification: mean test accuracy over {cfg.seeds} seeds, at the best validation epoch of "
+             f"{cfg.epochs}. Paper's real-data numbers (FaberNet vs Dir-GNN): "
              + "; ".join(f"{k} {a} vs {b}" for k, (a, b) in PAPER_REAL.items())
-             + ". Real data sets load from a local path (iclr24.holonets.data.load_real_dataset).")
-    return Result(metrics=metrics, claims=claims, figures=figures, tables={"accuracy": rows}, notes=notes)
+             + ". Real data sets load from a local path (iclr24.holonets.data.load_real_dataset). "
+             f"Collapse: {cfg.collapse_graphs[0]} training graphs (collapsed), test MAE and prediction shift over "
+             f"{cfg.collapse_graphs[2]} test graphs, mean over {cfg.seeds} seeds; shift = mean |prediction on the fine "
+             "graph - prediction on the collapsed graph| / std of the collapsed-graph predictions. The paper tests "
+             "this on directed QM7, which is not bundled; the graphs here are generated (iclr24.holonets.data."
+             "clustered_digraphs).")
+    return Result(metrics=metrics, claims=claims, figures=figures,
+                  tables={"accuracy": rows, "collapse": collapse_rows}, notes=notes)
 
 
 # --- models and training ---------------------------------------------------------------------------------
@@ -202,10 +228,206 @@ def _train(model: nn.Module, data, cfg: Config) -> tuple[nn.Module, float]:
     return model, _accuracy(model, data, "test_mask")
 
 
+# --- the collapse experiment ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CollapseOutcome:
+    """Per model: test MAE on the collapsed graphs, and per heavy-edge scale the MAE on the fine graphs
+    and the prediction shift from the collapsed graphs; means over seeds (``per_seed`` keeps each)."""
+
+    mae_coarse: dict
+    mae_fine: dict
+    shift: dict
+    per_seed: dict
+
+
+class _GraphRegressor(nn.Module):
+    """Two graph convolutions with ReLU, node-weighted sum pooling (a cluster's weight is its size, so
+    pooling a lifted signal equals pooling the coarse one), and a linear head: the same for every filter."""
+
+    def __init__(self, convs: nn.ModuleList, hidden: int) -> None:
+        super().__init__()
+        self.convs, self.head = convs, nn.Linear(hidden, 1)
+
+    def forward(self, data):
+        h = data.x
+        for conv in self.convs:
+            h = F.relu(conv(h, data.edge_index, data.edge_weight, data.batch, data.node_weight))
+        pooled = torch.zeros(data.num_graphs, h.size(1), dtype=h.dtype).index_add_(
+            0, data.batch, data.node_weight[:, None] * h)
+        return self.head(pooled).squeeze(-1)
+
+
+class _Local(nn.Module):
+    """A message-passing layer ``conv(x, edge_index, edge_weight)``, called with the regressor's arguments."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index, edge_weight, batch, node_weight):
+        return self.conv(x, edge_index, edge_weight)
+
+
+class _WeightedGCN(nn.Module):
+    """GCN on the symmetrised weighted graph (weights of both directions added), with a root weight."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        from torch_geometric.nn import GCNConv
+
+        super().__init__()
+        self.conv, self.root = GCNConv(d_in, d_out), nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, x, edge_index, edge_weight):
+        from torch_geometric.utils import to_undirected
+
+        both, weight = to_undirected(edge_index, edge_weight, reduce="add")
+        return self.conv(x, both, weight) + self.root(x)
+
+
+def _weighted_dir_gnn(d_in: int, d_out: int) -> nn.Module:
+    """PyG's DirGNNConv(GCNConv) with edge weights passed to both directions (its forward takes none)."""
+    from torch_geometric.nn import DirGNNConv, GCNConv
+
+    class WeightedDirGNNConv(DirGNNConv):
+        def forward(self, x, edge_index, edge_weight=None):
+            out = (self.alpha * self.conv_out(x, edge_index.flip([0]), edge_weight)
+                   + (1 - self.alpha) * self.conv_in(x, edge_index, edge_weight))
+            return out + self.lin(x) if self.lin is not None else out
+
+    return WeightedDirGNNConv(GCNConv(d_in, d_out))
+
+
+def _collapse_model(name: str, d_in: int, hidden: int, cfg: Config) -> nn.Module:
+    from iclr24.holonets.conv import FaberConv
+    from iclr24.holonets.resolvent import ResolventConv
+
+    def layer(a, b):
+        if name == "Dir-ResolvNet":
+            return ResolventConv(a, b, K=cfg.resolvent_K, omega=cfg.omega, alpha=cfg.alpha)
+        if name == "FaberNet":
+            return _Local(FaberConv(a, b, K=cfg.resolvent_K, alpha=cfg.alpha))
+        return _Local(_WeightedGCN(a, b) if name == "GCN" else _weighted_dir_gnn(a, b))
+
+    return _GraphRegressor(nn.ModuleList([layer(d_in, hidden), layer(hidden, hidden)]), hidden)
+
+
+def _collapse_experiment(cfg: Config, ctx: RunContext) -> CollapseOutcome:
+    """Train every model on collapsed graphs; run it on the fine graphs at each heavy-edge scale."""
+    from torch_geometric.data import Batch
+
+    from iclr24.holonets.data import clustered_digraphs, collapse_graph, scale_heavy_edges
+
+    def batch(graphs):  # float64: the fine graphs' Laplacians at scale 1e4 are ill-conditioned in float32
+        graphs = [g.clone() for g in graphs]
+        for g in graphs:
+            g.x, g.edge_weight, g.node_weight, g.y = g.x.double(), g.edge_weight.double(), g.node_weight.double(), \
+                g.y.double()
+        return Batch.from_data_list(graphs)
+
+    per_seed = {}
+    with ctx.progress("collapse experiment", total=cfg.seeds * len(COLLAPSE_MODELS)) as bar:
+        for s in range(cfg.seeds):
+            seed = ctx.seed * 100 + s
+            splits = [clustered_digraphs(n, seed=3 * seed + i) for i, n in enumerate(cfg.collapse_graphs)]
+            train, val, test = (batch([collapse_graph(g) for g in split]) for split in splits)
+            fine = {scale: batch([scale_heavy_edges(g, scale) for g in splits[2]]) for scale in cfg.scales}
+            mean, std = train.y.mean(), train.y.std()
+            for name in COLLAPSE_MODELS:
+                torch.manual_seed(seed)
+                model = _collapse_model(name, train.num_features, cfg.hidden, cfg).double()
+                model = _fit_regressor(model, train, val, mean, std, cfg)
+                with torch.no_grad():
+                    coarse = model(test) * std + mean
+                    per_seed[name, "coarse", s] = float((coarse - test.y).abs().mean())
+                    for scale, graphs in fine.items():
+                        pred = model(graphs) * std + mean
+                        per_seed[name, scale, s] = (float((pred - graphs.y).abs().mean()),
+                                                    float((pred - coarse).abs().mean() / coarse.std()))
+                bar.advance()
+    seeds = range(cfg.seeds)
+    outcome = CollapseOutcome(
+        mae_coarse={m: statistics.mean(per_seed[m, "coarse", s] for s in seeds) for m in COLLAPSE_MODELS},
+        mae_fine={(m, c): statistics.mean(per_seed[m, c, s][0] for s in seeds)
+                  for m in COLLAPSE_MODELS for c in cfg.scales},
+        shift={(m, c): statistics.mean(per_seed[m, c, s][1] for s in seeds)
+               for m in COLLAPSE_MODELS for c in cfg.scales},
+        per_seed=per_seed)
+    top = max(cfg.scales)
+    ctx.log("collapse, shift at scale %g: " % top
+            + ", ".join(f"{m} {outcome.shift[m, top]:.2g}" for m in COLLAPSE_MODELS))
+    return outcome
+
+
+def _fit_regressor(model: nn.Module, train, val, mean, std, cfg: Config) -> nn.Module:
+    """Full-batch Adam on standardised targets; the weights of the best validation MAE."""
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    target = (train.y - mean) / std
+    best = (float("inf"), None)
+    for _ in range(cfg.collapse_epochs):
+        model.train()
+        opt.zero_grad()
+        F.mse_loss(model(train), target).backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            val_mae = float((model(val) * std + mean - val.y).abs().mean())
+        if val_mae < best[0]:
+            best = (val_mae, copy.deepcopy(model.state_dict()))
+    model.load_state_dict(best[1])
+    return model.eval()
+
+
+def _collapse_claims(out: CollapseOutcome, cfg: Config) -> list[Claim]:
+    top = max(cfg.scales)
+    baselines = [m for m in COLLAPSE_MODELS if m != "Dir-ResolvNet"]
+
+    def seeds(model, scale, index):
+        if cfg.seeds < 2:
+            return ""
+        return " (seeds " + "/".join(f"{out.per_seed[model, scale, s][index]:.3g}" for s in range(cfg.seeds)) + ")"
+
+    shifts = "; ".join(f"{m} " + ", ".join(f"{out.shift[m, c]:.2g}" for c in cfg.scales) for m in COLLAPSE_MODELS)
+    resolv_mae = out.mae_fine["Dir-ResolvNet", top]
+    return [
+        Claim(CLAIM_COLLAPSE,
+              paper="abstract: 'as opposed to baselines - may be rendered stable to resolution-scale varying "
+                    "topological perturbations'; proved for resolvent filters, tested on directed QM7",
+              measured=f"shift of the predictions at heavy-edge scales {', '.join(f'{c:g}' for c in cfg.scales)}: "
+                       f"{shifts}{seeds('Dir-ResolvNet', top, 1)}",
+              holds=out.shift["Dir-ResolvNet", top] <= 0.01 and all(out.shift[m, top] >= 0.1 for m in baselines),
+              criterion=f"at scale {top:g}: Dir-ResolvNet's shift <= 0.01 and every baseline's >= 0.1 (shift: mean "
+                        "|fine - collapsed prediction| / std of the collapsed predictions, mean over the run's seeds)"),
+        Claim(CLAIM_TRANSFER,
+              paper="(our check of what stability buys: the same molecule at two resolutions)",
+              measured=f"test MAE at scale {top:g} (collapsed graphs): " + ", ".join(
+                  f"{m} {out.mae_fine[m, top]:.3g} ({out.mae_coarse[m]:.3g})" for m in COLLAPSE_MODELS),
+              holds=resolv_mae <= 1.05 * out.mae_coarse["Dir-ResolvNet"]
+              and all(resolv_mae < out.mae_fine[m, top] for m in baselines),
+              criterion=f"Dir-ResolvNet's MAE on the fine graphs at scale {top:g} <= 1.05 x its MAE on the collapsed "
+                        "graphs, and below every baseline's at that scale (mean over the run's seeds)"),
+    ]
+
+
+def _plot_collapse(out: CollapseOutcome, cfg: Config):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for m in COLLAPSE_MODELS:
+        left.plot(cfg.scales, [max(out.shift[m, c], 1e-12) for c in cfg.scales], "o-", label=m)
+        right.plot(cfg.scales, [out.mae_fine[m, c] for c in cfg.scales], "o-", label=m)
+    left.set(xscale="log", yscale="log", xlabel="heavy-edge scale", ylabel="prediction shift",
+             title="fine vs collapsed predictions")
+    right.set(xscale="log", yscale="log", xlabel="heavy-edge scale", ylabel="test MAE on fine graphs",
+              title="trained on collapsed graphs")
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 # --- claims and figures -------------------------------------------------------------------------------------
 
 
-def _claims(mean: dict, shift: dict, per_seed: dict | None = None) -> list[Claim]:
+def _claims(mean: dict, per_seed: dict | None = None) -> list[Claim]:
     def seeds(dataset, model):
         if not per_seed or len(per_seed[dataset, model]) < 2:
             return ""
@@ -217,7 +439,6 @@ def _claims(mean: dict, shift: dict, per_seed: dict | None = None) -> list[Claim
     margin = {d: mean[d, "FaberNet"] - mean[d, "GCN"] for d in DIRECTIONAL}
     over_seeds = "(mean test accuracy over the run's seeds)"
     gap = {d: mean[d, "FaberNet"] - mean[d, "DirGNN"] for d in DIRECTIONAL}
-    baseline_shift = max(abs(shift["GCN"]), abs(shift["DirGNN"]))
     return [
         Claim(CLAIM_GCN, paper="heterophilic SOTA where undirected spectral GNNs fail (Tables 1-2)",
               measured=f"FaberNet {show('FaberNet')}; GCN {show('GCN')}",
@@ -236,17 +457,10 @@ def _claims(mean: dict, shift: dict, per_seed: dict | None = None) -> list[Claim
               holds=mean[CONTROL, "GCN"] >= 0.9 and mean[CONTROL, "FaberNet"] >= mean[CONTROL, "GCN"] - 0.01,
               criterion="GCN >= 0.9 and FaberNet >= GCN - 0.01 on the cyclic DSBM "
                         + over_seeds),
-        Claim(CLAIM_STABLE, paper="(our check, not the paper's claim: the paper proves scale-insensitivity for "
-                                  "resolvent filters as high-weight edges grow, not for FaberNet under subdivision)",
-              measured="accuracy change on flow-dsbm with edges subdivided: " + ", ".join(
-                  f"{m} {shift[m]:+.3f}" for m in ("FaberNet", "DirGNN", "GCN")),
-              holds=abs(shift["FaberNet"]) < baseline_shift,
-              criterion="|FaberNet's change| < the larger |change| of GCN and Dir-GNN "
-                        + over_seeds),
     ]
 
 
-def _plot_accuracy(mean: dict, shift: dict, datasets: list[str]):
+def _plot_accuracy(mean: dict, datasets: list[str]):
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.2
     for i, m in enumerate(MODELS):

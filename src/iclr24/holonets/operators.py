@@ -1,22 +1,28 @@
 """Characteristic operators of a directed graph and the frequency response of Faber filters.
 
-Pure torch: no PyTorch Geometric needed. ``A[i, j]`` is the weight of the edge ``i -> j``
-(``edge_index[:, e] = (i, j)``). The characteristic operator is
+Pure torch and scipy: no PyTorch Geometric needed. ``A[i, j]`` is the weight of the edge ``i -> j``
+(``edge_index[:, e] = (i, j)``). FaberNet's characteristic operator is
 
     T = D_out^e A D_in^e,   D_out = diag(A 1),  D_in = diag(1^T A),  e = -1/4,
 
 and ``T'`` is built the same way from ``A^T``. ``(T x)_i`` sums over i's out-neighbours,
-``(T' x)_i`` over its in-neighbours.
+``(T' x)_i`` over its in-neighbours. Dir-ResolvNet's is the Laplacian ``L = D_out - A``
+(``L'`` from ``A^T``), used through its resolvent ``(omega + L)^-1``; ``collapse_clusters`` gives
+the coarse graph that resolvent converges to when the edges inside clusters grow heavy.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 from torch import Tensor
 
 from iclr24.core.checks import check_int, check_tensor
 
-__all__ = ["characteristic_operator", "dense_characteristic_operator", "faber_response", "spectrum"]
+__all__ = ["CollapsedGraph", "characteristic_operator", "collapse_clusters", "dense_characteristic_operator",
+           "dense_laplacian", "faber_response", "spectrum"]
 
 
 def check_graph(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None = None) -> None:
@@ -51,9 +57,12 @@ def characteristic_operator(
     src, dst = edge_index[0], edge_index[1]
     if reverse:  # A^T: the edge i -> j read as j -> i
         src, dst = dst, src
-    w = torch.ones(src.numel(), device=edge_index.device) if edge_weight is None else edge_weight.float()
-    d_out = torch.zeros(num_nodes, device=w.device).index_add_(0, src, w)
-    d_in = torch.zeros(num_nodes, device=w.device).index_add_(0, dst, w)
+    if edge_weight is None:
+        w = torch.ones(src.numel(), device=edge_index.device)
+    else:
+        w = edge_weight if edge_weight.is_floating_point() else edge_weight.float()
+    d_out = torch.zeros(num_nodes, dtype=w.dtype, device=w.device).index_add_(0, src, w)
+    d_in = torch.zeros(num_nodes, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
     # An edge of weight 0 is no edge, but its end nodes may have degree 0: power a safe 1 there, so the entry
     # is 0 * 1 and neither the value nor its gradient is 0 * inf = NaN.
     d_out, d_in = (torch.where(d > 0, d, torch.ones_like(d)) for d in (d_out, d_in))
@@ -88,3 +97,142 @@ def faber_response(coefficients: Tensor, eigenvalues: Tensor) -> Tensor:
     decay = 2.0 ** -torch.arange(K, dtype=torch.float64)
     weighted = coefficients.to(torch.complex128) * decay.reshape(K, *([1] * (coefficients.dim() - 1)))
     return torch.tensordot(powers, weighted, dims=([1], [0]))
+
+
+def dense_laplacian(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None = None, *,
+                    node_weight: Tensor | None = None, reverse: bool = False) -> Tensor:
+    """The directed Laplacian ``L = M^-1 (D_out - A)`` (``L' = M^-1 (D_in - A^T)`` with ``reverse=True``), dense.
+
+    ``(L x)_i = (1 / mu_i) sum_j A_ij (x_i - x_j)`` over i's out-neighbours, with node weights
+    ``mu`` (``M = diag(mu)``, default 1; a collapsed cluster's weight is the sum of its members').
+    Rows sum to zero, so constants span the right kernel, and the eigenvalues have non-negative
+    real part (Gershgorin), which makes ``omega + L`` invertible for every ``omega > 0``.
+    """
+    check_graph(edge_index, num_nodes, edge_weight)
+    mu = check_node_weight(node_weight, num_nodes)
+    w = torch.ones(edge_index.size(1)) if edge_weight is None else edge_weight
+    A = torch.zeros(num_nodes, num_nodes, dtype=w.dtype).index_put_((edge_index[0], edge_index[1]), w,
+                                                                      accumulate=True)
+    if reverse:
+        A = A.T
+    L = torch.diag(A.sum(1)) - A
+    return L if mu is None else L / mu.to(L.dtype)[:, None]
+
+
+def check_node_weight(node_weight: Tensor | None, num_nodes: int) -> Tensor | None:
+    """``node_weight`` must be ``None`` or a finite positive ``(num_nodes,)`` tensor."""
+    if node_weight is None:
+        return None
+    check_tensor("node_weight", node_weight, ndim=1)
+    if node_weight.numel() != num_nodes:
+        raise ValueError(f"node_weight must have one entry per node ({num_nodes}), got {node_weight.numel()}")
+    if (node_weight <= 0).any():
+        raise ValueError("node_weight must be positive")
+    return node_weight
+
+
+@dataclass(frozen=True)
+class CollapsedGraph:
+    """The graph that heavy clusters collapse to, and the maps between the two resolutions.
+
+    ``cluster[i]`` is node i's cluster; ``pi[i]`` its weight in the cluster's left kernel vector
+    (``pi`` sums to 1 over each cluster). ``project`` (J-down) averages a signal over each cluster
+    with these weights; ``lift`` (J-up) copies a cluster's value to its members; ``project(lift(y))
+    == y``. For a cluster whose heavy edges are symmetric ``pi`` is proportional to the node
+    weights: the weighted mean. ``node_weight`` of a cluster is the sum of its members'.
+    """
+
+    edge_index: Tensor
+    edge_weight: Tensor
+    node_weight: Tensor
+    cluster: Tensor
+    pi: Tensor
+    num_clusters: int
+
+    def project(self, x: Tensor) -> Tensor:
+        """``(J_down x)_c = sum_{i in c} pi_i x_i`` for ``x`` of shape ``(num_nodes, ...)``."""
+        weighted = self.pi.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1))) * x
+        return torch.zeros(self.num_clusters, *x.shape[1:], dtype=x.dtype).index_add_(0, self.cluster, weighted)
+
+    def lift(self, y: Tensor) -> Tensor:
+        """``(J_up y)_i = y_{cluster(i)}`` for ``y`` of shape ``(num_clusters, ...)``."""
+        return y[self.cluster]
+
+
+def collapse_clusters(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None = None, *,
+                      heavy: Tensor, node_weight: Tensor | None = None) -> CollapsedGraph:
+    """The limit graph of ``edge_weight`` with the ``heavy`` edges' weights scaled by ``s -> inf``.
+
+    Each cluster (a strongly connected component of the heavy edges) becomes one node whose weight
+    is the sum of its members'. With ``L_s = s L_heavy + L_light`` (:func:`dense_laplacian`, node
+    weights ``mu``) the resolvent converges, at rate ``O(1/s)``,
+
+        (omega + L_s)^-1  ->  J_up (omega + L_red)^-1 J_down,
+
+    where ``J_down`` weights each cluster's members by the left kernel vector ``pi`` of its heavy
+    Laplacian (``pi^T L_heavy,c = 0``, ``sum pi = 1``) and ``L_red = J_down L_light J_up`` is the
+    Laplacian of the reduced graph: a light edge ``i -> j`` between clusters adds
+    ``mu_c pi_i / mu_i * w_ij`` to the reduced edge ``c(i) -> c(j)``; light edges inside a cluster
+    vanish. This is a singular perturbation argument (the right kernel of ``L_heavy`` is constant on
+    each cluster, the left one is ``pi``); the tests check the rate numerically. ``(omega + L_s)^-1``
+    is the filter of Dir-ResolvNet (:class:`~iclr24.holonets.ResolventConv`), so its outputs converge
+    too, while FaberNet's ``T`` grows like ``s^(1/2)``.
+
+    When every heavy edge has a twin of equal weight (undirected bonds), ``pi`` is proportional to
+    ``mu``, the reduced weights are plain sums, and the reverse operator ``L'`` (of ``A^T``) collapses to
+    the same graph, so both of ResolventConv's branches converge. With directed heavy edges ``L'`` has
+    its own ``pi'`` and limit; only the forward branch (``alpha=1``) converges to this graph.
+
+    Everything returned lives on the CPU, in float64. Raises ``ValueError`` when a heavy cluster is
+    connected but not strongly connected: its heavy Laplacian then has a larger kernel and this
+    limit does not apply.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    check_graph(edge_index, num_nodes, edge_weight)
+    mu = check_node_weight(node_weight, num_nodes)
+    mu = torch.ones(num_nodes, dtype=torch.float64) if mu is None else mu.detach().cpu().double()
+    heavy = torch.as_tensor(heavy)
+    if heavy.dtype != torch.bool or heavy.shape != (edge_index.size(1),):
+        raise ValueError(f"heavy must be a boolean mask with one entry per edge ({edge_index.size(1)}), "
+                         f"got dtype {heavy.dtype} and shape {tuple(heavy.shape)}")
+    edge_index, heavy = edge_index.cpu().long(), heavy.cpu()
+    w = (torch.ones(edge_index.size(1)) if edge_weight is None else edge_weight.detach().cpu()).double()
+    heavy = heavy & (w > 0)  # a zero-weight edge is no edge
+    src, dst = edge_index[0].numpy(), edge_index[1].numpy()
+    h = heavy.numpy()
+    graph = coo_matrix((np.ones(int(h.sum())), (src[h], dst[h])), shape=(num_nodes, num_nodes)).tocsr()
+    num_clusters, labels = connected_components(graph, directed=True, connection="strong")
+    n_weak, weak = connected_components(graph, directed=True, connection="weak")
+    if n_weak != num_clusters:
+        component = np.bincount(weak)[weak] != np.bincount(labels)[labels]
+        nodes = np.flatnonzero(component)[:8].tolist()
+        raise ValueError(f"the heavy edges around nodes {nodes} connect them without making them strongly "
+                         "connected: collapse_clusters needs every heavy cluster strongly connected")
+    cluster = torch.from_numpy(labels).long()
+    cluster_weight = torch.zeros(num_clusters, dtype=torch.float64).index_add_(0, cluster, mu)
+    # pi_i = mu_i rho_i / sum(mu rho) with rho^T (D_heavy - A_heavy) = 0 on the cluster
+    rho = torch.ones(num_nodes, dtype=torch.float64)
+    sizes = np.bincount(labels, minlength=num_clusters)
+    for c in np.flatnonzero(sizes > 1):
+        members = torch.from_numpy(np.flatnonzero(labels == c))
+        local = torch.full((num_nodes,), -1, dtype=torch.long)
+        local[members] = torch.arange(members.numel())
+        inside = heavy & (local[edge_index[0]] >= 0)
+        L = dense_laplacian(local[edge_index[:, inside]], members.numel(), w[inside])
+        # rho^T L = 0, normalised by a row of ones; least squares on the stacked system
+        system = torch.cat([L.T, torch.ones(1, members.numel(), dtype=L.dtype)])
+        rhs = torch.zeros(members.numel() + 1, dtype=L.dtype)
+        rhs[-1] = 1.0
+        rho[members] = torch.linalg.lstsq(system, rhs[:, None]).solution[:, 0]
+    mass = torch.zeros(num_clusters, dtype=torch.float64).index_add_(0, cluster, mu * rho)
+    pi = mu * rho / mass[cluster]
+    light = ~heavy & (w > 0) & (cluster[edge_index[0]] != cluster[edge_index[1]])
+    i = edge_index[0, light]
+    pairs = cluster[edge_index[:, light]]
+    keys, inverse = torch.unique(pairs[0] * num_clusters + pairs[1], return_inverse=True)
+    contribution = cluster_weight[cluster[i]] * pi[i] / mu[i] * w[light]
+    reduced = torch.zeros(keys.numel(), dtype=torch.float64).index_add_(0, inverse, contribution)
+    reduced_index = torch.stack([keys // num_clusters, keys % num_clusters])
+    return CollapsedGraph(reduced_index, reduced, cluster_weight, cluster, pi, int(num_clusters))

@@ -1,0 +1,228 @@
+"""Dir-ResolvNet's resolvent filters and the collapse of heavy clusters."""
+
+import pytest
+import torch
+
+from iclr24.holonets import CollapsedGraph, ResolventConv, collapse_clusters, dense_laplacian
+
+torch.set_num_threads(1)
+
+
+def laplacian_by_hand(edges, weights, n, node_weight=None, reverse=False):
+    """M^-1 (D - A) from an edge list, entry by entry."""
+    L = torch.zeros(n, n, dtype=torch.float64)
+    for (i, j), w in zip(edges, weights):
+        if reverse:
+            i, j = j, i
+        L[i, j] -= w
+        L[i, i] += w
+    if node_weight is not None:
+        L = L / torch.as_tensor(node_weight, dtype=torch.float64)[:, None]
+    return L
+
+
+EDGES = [(0, 1), (1, 0), (1, 2), (2, 3), (3, 0), (3, 4)]
+WEIGHTS = [2.0, 1.0, 3.0, 1.0, 0.5, 1.5]
+EDGE_INDEX = torch.tensor(EDGES).T
+
+
+def test_dense_laplacian_matches_the_definition():
+    mu = torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0])
+    for reverse in (False, True):
+        expected = laplacian_by_hand(EDGES, WEIGHTS, 5, mu, reverse)
+        got = dense_laplacian(EDGE_INDEX, 5, torch.tensor(WEIGHTS, dtype=torch.float64), node_weight=mu,
+                              reverse=reverse)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got.sum(1), torch.zeros(5, dtype=torch.float64))  # constants in the kernel
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.0, 0.3])
+def test_resolvent_conv_equals_the_dense_formula(alpha):
+    torch.manual_seed(0)
+    conv = ResolventConv(3, 4, K=3, omega=0.7, alpha=alpha).double()
+    torch.nn.init.normal_(conv.bias)
+    x = torch.randn(5, 3, dtype=torch.float64)
+    mu = torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0], dtype=torch.float64)
+    w = torch.tensor(WEIGHTS, dtype=torch.float64)
+    expected = conv.bias.detach().clone()
+    for weight, lins, reverse in ((alpha, conv.lins_fwd, False), (1 - alpha, conv.lins_bwd, True)):
+        L = laplacian_by_hand(EDGES, WEIGHTS, 5, mu, reverse)
+        R = torch.linalg.inv(0.7 * torch.eye(5, dtype=torch.float64) + L)
+        for k in range(3):
+            expected = expected + weight * torch.linalg.matrix_power(R, k + 1) @ x @ lins[k].weight.T
+    torch.testing.assert_close(conv(x, EDGE_INDEX, w, node_weight=mu), expected)
+
+
+def test_a_batch_equals_its_graphs_one_at_a_time():
+    torch.manual_seed(1)
+    conv = ResolventConv(2, 3, K=2, root_weight=True)
+    x1, x2 = torch.randn(5, 2), torch.randn(3, 2)
+    e2 = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    w1, w2 = torch.tensor(WEIGHTS), torch.tensor([1.0, 2.0, 0.5])
+    mu1, mu2 = torch.rand(5) + 0.5, torch.rand(3) + 0.5
+    batched = conv(torch.cat([x1, x2]), torch.cat([EDGE_INDEX, e2 + 5], dim=1), torch.cat([w1, w2]),
+                   batch=torch.tensor([0] * 5 + [1] * 3), node_weight=torch.cat([mu1, mu2]))
+    torch.testing.assert_close(batched, torch.cat([conv(x1, EDGE_INDEX, w1, node_weight=mu1),
+                                                   conv(x2, e2, w2, node_weight=mu2)]), rtol=1e-5, atol=1e-6)
+
+
+def test_collapse_known_values():
+    # cluster {0, 1}: 0 -> 1 weight 2, 1 -> 0 weight 1 (heavy). rho^T (D - A) = 0 gives rho = (1/3, 2/3);
+    # node weights (1, 2) make pi = mu rho / sum = (0.2, 0.8).
+    heavy = torch.tensor([True, True, False, False, False, False])
+    w = torch.tensor(WEIGHTS)
+    plain = collapse_clusters(EDGE_INDEX, 5, w, heavy=heavy)
+    torch.testing.assert_close(plain.pi[:2], torch.tensor([1 / 3, 2 / 3], dtype=torch.float64))
+    weighted = collapse_clusters(EDGE_INDEX, 5, w, heavy=heavy, node_weight=torch.tensor([1.0, 2.0, 1.0, 1.0, 4.0]))
+    assert weighted.num_clusters == 4 and weighted.cluster[0] == weighted.cluster[1]
+    torch.testing.assert_close(weighted.pi[:2], torch.tensor([0.2, 0.8], dtype=torch.float64))
+    c = weighted.cluster
+    reduced = {(int(a), int(b)): float(v) for (a, b), v in zip(weighted.edge_index.T, weighted.edge_weight)}
+    # the light edge 1 -> 2 (weight 3) becomes mu_c pi_1 / mu_1 * 3 = 3 * 0.8 / 2 * 3 = 3.6; singletons keep theirs
+    assert reduced == pytest.approx({(int(c[1]), int(c[2])): 3.6, (int(c[2]), int(c[3])): 1.0,
+                                     (int(c[3]), int(c[0])): 0.5, (int(c[3]), int(c[4])): 1.5})
+    assert weighted.node_weight[c[0]] == 3.0
+    y = torch.randn(4, 2, dtype=torch.float64)
+    torch.testing.assert_close(weighted.project(weighted.lift(y)), y)
+
+
+def _directed_clusters(seed):
+    """A graph of 6 clusters with directed heavy cycles and chords, light edges between them."""
+    g = torch.Generator().manual_seed(seed)
+    sizes, edges, weights, heavy = [1, 3, 2, 4, 1, 3], [], [], []
+    starts = torch.tensor([0, *torch.tensor(sizes).cumsum(0)[:-1].tolist()])
+    for start, size in zip(starts.tolist(), sizes):
+        for a in range(size if size > 1 else 0):
+            edges += [(start + a, start + (a + 1) % size), (start + a, start + (a + 2) % size)]
+            weights += (0.5 + 1.5 * torch.rand(2, generator=g)).tolist()
+            heavy += [True, True]
+    edges = [e for e in edges if e[0] != e[1]]
+    weights, heavy = weights[: len(edges)], heavy[: len(edges)]
+    for _ in range(12):
+        c, d = torch.randint(6, (2,), generator=g).tolist()
+        if c != d:
+            edges.append((int(starts[c]) + int(torch.randint(sizes[c], (1,), generator=g)),
+                          int(starts[d]) + int(torch.randint(sizes[d], (1,), generator=g))))
+            weights.append(0.2 + float(torch.rand(1, generator=g)))
+            heavy.append(False)
+    n = sum(sizes)
+    return torch.tensor(edges).T, torch.tensor(weights, dtype=torch.float64), torch.tensor(heavy), n
+
+
+def test_the_resolvent_converges_to_the_collapsed_graphs_at_rate_one_over_scale():
+    edge_index, w, heavy, n = _directed_clusters(0)
+    mu = torch.linspace(0.5, 2.0, n, dtype=torch.float64)
+    collapsed = collapse_clusters(edge_index, n, w, heavy=heavy, node_weight=mu)
+    members = collapsed.cluster == collapsed.cluster[1]
+    assert (collapsed.pi[members] - mu[members] / mu[members].sum()).abs().max() > 0.05  # pi is not the plain mean
+    C = collapsed.num_clusters
+    eye = torch.eye(C, dtype=torch.float64)
+    R_red = torch.linalg.inv(eye + dense_laplacian(collapsed.edge_index, C, collapsed.edge_weight,
+                                                   node_weight=collapsed.node_weight))
+    lift = eye[collapsed.cluster]  # J_up, (n, C)
+    project = collapsed.project(torch.eye(n, dtype=torch.float64))  # J_down, (C, n)
+    limit = lift @ R_red @ project
+    errors = []
+    for scale in (1e2, 1e3, 1e4):
+        L = dense_laplacian(edge_index, n, torch.where(heavy, scale * w, w), node_weight=mu)
+        errors.append(float(torch.linalg.matrix_norm(torch.linalg.inv(torch.eye(n, dtype=torch.float64) + L) - limit,
+                                                     ord=2)))
+    assert errors[2] < 1e-3
+    assert errors[0] / errors[1] == pytest.approx(10, rel=0.1) and errors[1] / errors[2] == pytest.approx(10, rel=0.1)
+
+
+def _network(conv1, conv2, x, edge_index, w, mu):
+    h = torch.relu(conv1(x, edge_index, w, node_weight=mu))
+    return conv2(h, edge_index, w, node_weight=mu)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_a_resolvent_network_on_fine_graphs_converges_to_the_lifted_coarse_network(directed):
+    from iclr24.holonets.data import clustered_digraphs
+
+    torch.manual_seed(2)
+    data = clustered_digraphs(1, directed_clusters=directed, seed=3)[0]
+    w, x, mu = data.edge_weight.double(), data.x.double(), data.node_weight.double()
+    collapsed = collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
+    # with directed heavy edges only the forward branch has this limit (the reverse one has its own pi')
+    alpha = 1.0 if directed else 0.5
+    convs = [ResolventConv(4, 8, alpha=alpha).double(), ResolventConv(8, 3, alpha=alpha).double()]
+    coarse = collapsed.lift(_network(*convs, collapsed.project(x), collapsed.edge_index, collapsed.edge_weight,
+                                     collapsed.node_weight))
+    gaps = [float((_network(*convs, x, data.edge_index, torch.where(data.heavy, s * w, w), mu) - coarse).abs().max())
+            for s in (1e1, 1e3)]
+    assert gaps[1] < 1e-3 * coarse.abs().max() and gaps[1] < gaps[0] / 50
+
+
+def test_with_directed_clusters_the_reverse_branch_has_another_limit():
+    from iclr24.holonets.data import clustered_digraphs
+
+    torch.manual_seed(2)
+    data = clustered_digraphs(1, directed_clusters=True, seed=3)[0]
+    w, x, mu = data.edge_weight.double(), data.x.double(), data.node_weight.double()
+    collapsed = collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
+    conv = ResolventConv(4, 3, alpha=0.0).double()
+    coarse = collapsed.lift(conv(collapsed.project(x), collapsed.edge_index, collapsed.edge_weight,
+                                 node_weight=collapsed.node_weight))
+    fine = conv(x, data.edge_index, torch.where(data.heavy, 1e4 * w, w), node_weight=mu)
+    assert (fine - coarse).abs().max() > 1e-2 * coarse.abs().max()
+
+
+def test_faber_conv_grows_with_the_heavy_edges_where_the_resolvent_stays_bounded():
+    from iclr24.holonets import FaberConv
+    from iclr24.holonets.data import clustered_digraphs
+
+    torch.manual_seed(4)
+    data = clustered_digraphs(1, seed=5)[0]
+    faber, resolvent = FaberConv(4, 4, K=2).double(), ResolventConv(4, 4).double()
+    x, w = data.x.double(), data.edge_weight.double()
+    norms = {name: [float(conv(x, data.edge_index, torch.where(data.heavy, s * w, w)).norm()) for s in (1.0, 1e4)]
+             for name, conv in (("faber", faber), ("resolvent", resolvent))}
+    assert norms["faber"][1] > 20 * norms["faber"][0]  # T grows like s^(1/2): x100 at s = 1e4
+    assert norms["resolvent"][1] < 2 * norms["resolvent"][0]
+
+
+def test_gradients_reach_weights_edges_and_features():
+    conv = ResolventConv(3, 2, K=2, root_weight=True)
+    x = torch.randn(5, 3, requires_grad=True)
+    w = torch.tensor(WEIGHTS, requires_grad=True)
+    conv(x, EDGE_INDEX, w).square().sum().backward()
+    for grad in (x.grad, w.grad, *(p.grad for p in conv.parameters())):
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_repr_and_bad_arguments():
+    assert repr(ResolventConv(3, 2, K=2, omega=0.5)) == "ResolventConv(3, 2, K=2, omega=0.5, alpha=0.5)"
+    with pytest.raises(ValueError, match="omega must be a finite number > 0"):
+        ResolventConv(3, 2, omega=0.0)
+    with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\], got 1.5"):
+        ResolventConv(3, 2, alpha=1.5)
+    with pytest.raises(ValueError, match="K must be"):
+        ResolventConv(3, 2, K=0)
+    conv, x = ResolventConv(3, 2), torch.randn(5, 3)
+    with pytest.raises(ValueError, match="x has 2 channels, this layer expects in_channels=3"):
+        conv(torch.randn(5, 2), EDGE_INDEX)
+    with pytest.raises(ValueError, match="batch must be non-negative and sorted"):
+        conv(x, EDGE_INDEX, batch=torch.tensor([0, 1, 0, 1, 1]))
+    with pytest.raises(ValueError, match="an edge between two graphs"):
+        conv(x, EDGE_INDEX, batch=torch.tensor([0, 0, 0, 1, 1]))
+    with pytest.raises(ValueError, match=r"batch must be an integer vector with one entry per node \(5\)"):
+        conv(x, EDGE_INDEX, batch=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"node_weight must have one entry per node \(5\)"):
+        conv(x, EDGE_INDEX, node_weight=torch.ones(3))
+    with pytest.raises(ValueError, match="node_weight must be positive"):
+        conv(x, EDGE_INDEX, node_weight=torch.tensor([1.0, 0.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="edge_weight must be non-negative"):
+        conv(x, EDGE_INDEX, torch.tensor([1.0, -1.0, 1.0, 1.0, 1.0, 1.0]))
+
+
+def test_collapse_refuses_clusters_that_are_not_strongly_connected():
+    # heavy 0 -> 1 -> 2 with no way back: weakly connected, three strong components
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    with pytest.raises(ValueError, match="without making them strongly connected"):
+        collapse_clusters(edge_index, 4, heavy=torch.tensor([True, True, False]))
+    with pytest.raises(ValueError, match=r"heavy must be a boolean mask with one entry per edge \(3\)"):
+        collapse_clusters(edge_index, 4, heavy=torch.tensor([1, 1, 0]))
+    light_only = collapse_clusters(edge_index, 4, heavy=torch.zeros(3, dtype=torch.bool))
+    assert isinstance(light_only, CollapsedGraph) and light_only.num_clusters == 4
+    assert light_only.edge_weight.tolist() == [1.0, 1.0, 1.0]
