@@ -193,9 +193,9 @@ def test_gradients_reach_weights_edges_and_features():
 
 def test_repr_and_bad_arguments():
     assert repr(ResolventConv(3, 2, K=2, omega=0.5)) == "ResolventConv(3, 2, K=2, omega=0.5, alpha=0.5)"
-    with pytest.raises(ValueError, match="omega must be a finite number > 0"):
+    with pytest.raises(ValueError, match="omega must be > 0, got 0"):
         ResolventConv(3, 2, omega=0.0)
-    with pytest.raises(ValueError, match=r"alpha must lie in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match="alpha must be <= 1, got 1.5"):
         ResolventConv(3, 2, alpha=1.5)
     with pytest.raises(ValueError, match="K must be"):
         ResolventConv(3, 2, K=0)
@@ -216,13 +216,55 @@ def test_repr_and_bad_arguments():
         conv(x, EDGE_INDEX, torch.tensor([1.0, -1.0, 1.0, 1.0, 1.0, 1.0]))
 
 
-def test_collapse_refuses_clusters_that_are_not_strongly_connected():
-    # heavy 0 -> 1 -> 2 with no way back: weakly connected, three strong components
+def test_collapse_needs_one_terminal_part_per_cluster():
+    # heavy 0 -> 1 -> 2, no way back: one terminal part ({2}), so the three collapse onto node 2's value
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
-    with pytest.raises(ValueError, match="without making them strongly connected"):
-        collapse_clusters(edge_index, 4, heavy=torch.tensor([True, True, False]))
+    chain = collapse_clusters(edge_index, 4, heavy=torch.tensor([True, True, False]))
+    assert chain.num_clusters == 2 and chain.pi[:3].tolist() == pytest.approx([0.0, 0.0, 1.0], abs=1e-12)
+    # heavy 0 -> 1 and 0 -> 2: two terminal parts, no single collapsed node
+    with pytest.raises(ValueError, match="has 2 terminal strongly connected parts"):
+        collapse_clusters(torch.tensor([[0, 0, 1], [1, 2, 3]]), 4, heavy=torch.tensor([True, True, False]))
     with pytest.raises(ValueError, match=r"heavy must be a boolean mask with one entry per edge \(3\)"):
         collapse_clusters(edge_index, 4, heavy=torch.tensor([1, 1, 0]))
     light_only = collapse_clusters(edge_index, 4, heavy=torch.zeros(3, dtype=torch.bool))
     assert isinstance(light_only, CollapsedGraph) and light_only.num_clusters == 4
     assert light_only.edge_weight.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_one_way_heavy_edge_converges_to_its_target_node():
+    # heavy 0 -> 1 (weight s), light 1 -> 2 and 2 -> 0: node 0 follows node 1, pi = (0, 1)
+    edge_index, w = torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.tensor([1.0, 1.0, 0.5], dtype=torch.float64)
+    heavy = torch.tensor([True, False, False])
+    collapsed = collapse_clusters(edge_index, 3, w, heavy=heavy)
+    assert collapsed.pi.tolist() == pytest.approx([0.0, 1.0, 1.0], abs=1e-12)
+    eye = torch.eye(collapsed.num_clusters, dtype=torch.float64)
+    R_red = torch.linalg.inv(eye + dense_laplacian(collapsed.edge_index, collapsed.num_clusters,
+                                                   collapsed.edge_weight, node_weight=collapsed.node_weight))
+    limit = eye[collapsed.cluster] @ R_red @ collapsed.project(torch.eye(3, dtype=torch.float64))
+    eye3 = torch.eye(3, dtype=torch.float64)
+    errors = [float(torch.linalg.matrix_norm(
+        torch.linalg.inv(eye3 + dense_laplacian(edge_index, 3, torch.where(heavy, s * w, w))) - limit, ord=2))
+        for s in (1e2, 1e4)]
+    assert errors[1] < 1e-3 and errors[0] / errors[1] == pytest.approx(100, rel=0.1)
+
+
+def test_float32_inputs_are_solved_in_float64():
+    torch.manual_seed(3)
+    conv = ResolventConv(2, 2)
+    x, edge_index = torch.randn(3, 2), torch.tensor([[0, 1, 1], [1, 0, 2]])
+    heavy = torch.tensor([1e8, 1e8, 1.0])
+    out = conv(x, edge_index, heavy)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, conv.double()(x.double(), edge_index, heavy.double()).float())
+    with pytest.raises(TypeError, match="x must have dtype in"):
+        conv(x.to(torch.complex64), edge_index)
+    with pytest.raises(ValueError, match="x has no nodes"):
+        conv(torch.zeros(0, 2), torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(TypeError, match="omega must be a real number"):
+        ResolventConv(2, 2, omega=True)
+    assert ResolventConv(2, 2, omega=torch.tensor(0.5)).omega == 0.5
+
+
+def test_project_averages_integer_signals_as_reals():
+    collapsed = collapse_clusters(torch.tensor([[0, 1], [1, 0]]), 3, heavy=torch.tensor([True, True]))
+    assert collapsed.project(torch.tensor([1, 2, 5])).tolist() == pytest.approx([1.5, 5.0])

@@ -151,6 +151,8 @@ class CollapsedGraph:
 
     def project(self, x: Tensor) -> Tensor:
         """``(J_down x)_c = sum_{i in c} pi_i x_i`` for ``x`` of shape ``(num_nodes, ...)``."""
+        if not (x.is_floating_point() or x.is_complex()):
+            x = x.double()  # a weighted mean of integers is not an integer
         weighted = self.pi.to(x.dtype).reshape(-1, *([1] * (x.dim() - 1))) * x
         return torch.zeros(self.num_clusters, *x.shape[1:], dtype=x.dtype).index_add_(0, self.cluster, weighted)
 
@@ -163,7 +165,7 @@ def collapse_clusters(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | 
                       heavy: Tensor, node_weight: Tensor | None = None) -> CollapsedGraph:
     """The limit graph of ``edge_weight`` with the ``heavy`` edges' weights scaled by ``s -> inf``.
 
-    Each cluster (a strongly connected component of the heavy edges) becomes one node whose weight
+    Each cluster (a weakly connected component of the heavy edges) becomes one node whose weight
     is the sum of its members'. With ``L_s = s L_heavy + L_light`` (:func:`dense_laplacian`, node
     weights ``mu``) the resolvent converges, at rate ``O(1/s)``,
 
@@ -178,14 +180,18 @@ def collapse_clusters(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | 
     is the filter of Dir-ResolvNet (:class:`~iclr24.holonets.ResolventConv`), so its outputs converge
     too, while FaberNet's ``T`` grows like ``s^(1/2)``.
 
+    A cluster needs one terminal part: a strongly connected set of nodes that no heavy edge leaves.
+    Then the heavy Laplacian's kernel on the cluster is one-dimensional (the constants), and ``pi``
+    lives on that terminal part (a strongly connected cluster is its own terminal part; for heavy
+    ``0 -> 1`` alone, ``pi = (0, 1)``: node 0 follows node 1). With two or more terminal parts the
+    kernel is larger, the cluster does not collapse to one node, and this raises ``ValueError``.
+
     When every heavy edge has a twin of equal weight (undirected bonds), ``pi`` is proportional to
     ``mu``, the reduced weights are plain sums, and the reverse operator ``L'`` (of ``A^T``) collapses to
     the same graph, so both of ResolventConv's branches converge. With directed heavy edges ``L'`` has
     its own ``pi'`` and limit; only the forward branch (``alpha=1``) converges to this graph.
 
-    Everything returned lives on the CPU, in float64. Raises ``ValueError`` when a heavy cluster is
-    connected but not strongly connected: its heavy Laplacian then has a larger kernel and this
-    limit does not apply.
+    Everything returned lives on the CPU, in float64.
     """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
@@ -203,13 +209,18 @@ def collapse_clusters(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | 
     src, dst = edge_index[0].numpy(), edge_index[1].numpy()
     h = heavy.numpy()
     graph = coo_matrix((np.ones(int(h.sum())), (src[h], dst[h])), shape=(num_nodes, num_nodes)).tocsr()
-    num_clusters, labels = connected_components(graph, directed=True, connection="strong")
-    n_weak, weak = connected_components(graph, directed=True, connection="weak")
-    if n_weak != num_clusters:
-        component = np.bincount(weak)[weak] != np.bincount(labels)[labels]
-        nodes = np.flatnonzero(component)[:8].tolist()
-        raise ValueError(f"the heavy edges around nodes {nodes} connect them without making them strongly "
-                         "connected: collapse_clusters needs every heavy cluster strongly connected")
+    num_clusters, labels = connected_components(graph, directed=True, connection="weak")
+    _, strong = connected_components(graph, directed=True, connection="strong")
+    # a strong component is terminal when no heavy edge leaves it; each cluster needs exactly one
+    leaves = np.zeros(strong.max() + 1, dtype=bool)
+    leaves[strong[src[h]][strong[src[h]] != strong[dst[h]]]] = True
+    terminal_parts = np.zeros(num_clusters, dtype=int)
+    np.add.at(terminal_parts, labels[np.unique(strong, return_index=True)[1]], ~leaves)
+    if (terminal_parts > 1).any():
+        c = int(np.flatnonzero(terminal_parts > 1)[0])
+        nodes = np.flatnonzero(labels == c)[:8].tolist()
+        raise ValueError(f"the heavy cluster of nodes {nodes} has {terminal_parts[c]} terminal strongly connected "
+                         "parts (sets that no heavy edge leaves): it does not collapse to one node")
     cluster = torch.from_numpy(labels).long()
     cluster_weight = torch.zeros(num_clusters, dtype=torch.float64).index_add_(0, cluster, mu)
     # pi_i = mu_i rho_i / sum(mu rho) with rho^T (D_heavy - A_heavy) = 0 on the cluster

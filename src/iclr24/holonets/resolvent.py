@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from iclr24.core.checks import check_int, check_tensor
+from iclr24.core.checks import check_int, check_number, check_tensor
 from iclr24.holonets.operators import check_graph, check_node_weight
 
 __all__ = ["ResolventConv"]
@@ -38,7 +38,9 @@ class ResolventConv(nn.Module):
 
     The resolvent is a global linear solve, not a local message, so the layer is a plain module:
     each graph of a batch is solved densely (one LU factorisation per graph and branch, reused by
-    all K powers), which suits molecules and small graphs, not million-node ones.
+    all K powers), which suits molecules and small graphs, not million-node ones. The solve runs in
+    float64 whatever the input's dtype: heavy edges make ``omega + L`` ill-conditioned (its condition
+    number grows with the weights), and float32 loses the ``omega`` beside a weight of 1e7.
 
     Args:
         in_channels (int): Size of each input sample.
@@ -62,12 +64,10 @@ class ResolventConv(nn.Module):
         check_int("in_channels", in_channels, minimum=1)
         check_int("out_channels", out_channels, minimum=1)
         check_int("K", K, minimum=1)
-        if not (isinstance(omega, (int, float)) and omega > 0 and omega < float("inf")):
-            raise ValueError(f"omega must be a finite number > 0 (the resolvent is taken at z = -omega), got {omega}")
-        if not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
-            raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+        omega = check_number("omega", omega, minimum=0.0, exclusive=True)  # the resolvent's point z = -omega
+        alpha = check_number("alpha", alpha, minimum=0.0, maximum=1.0)
         self.in_channels, self.out_channels, self.K = in_channels, out_channels, K
-        self.omega, self.alpha = float(omega), float(alpha)
+        self.omega, self.alpha = omega, alpha
         self.lins_fwd = nn.ModuleList(nn.Linear(in_channels, out_channels, bias=False) for _ in range(K))
         self.lins_bwd = nn.ModuleList(nn.Linear(in_channels, out_channels, bias=False) for _ in range(K))
         self.lin_root = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
@@ -82,24 +82,30 @@ class ResolventConv(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
                 batch: Tensor | None = None, node_weight: Tensor | None = None) -> Tensor:
-        check_tensor("x", x, ndim=2, shape_doc="(num_nodes, in_channels)")
+        check_tensor("x", x, ndim=2, shape_doc="(num_nodes, in_channels)",
+                     dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
+        if x.size(0) == 0:
+            raise ValueError("x has no nodes: ResolventConv needs at least one node")
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} channels, this layer expects in_channels={self.in_channels}")
         check_graph(edge_index, x.size(0), edge_weight)
         check_node_weight(node_weight, x.size(0))
-        adjacency, mask = _dense_batch_adjacency(edge_index, x.size(0), edge_weight, batch, x.dtype)
-        features = x.new_zeros(*mask.shape, x.size(1))
-        features[mask] = x
-        mu = torch.ones(mask.shape, dtype=x.dtype, device=x.device)  # padding nodes weigh 1
+        if edge_weight is not None and edge_weight.is_complex():
+            raise TypeError("edge_weight must be real")
+        solve = torch.float64
+        adjacency, mask = _dense_batch_adjacency(edge_index, x.size(0), edge_weight, batch, solve)
+        features = torch.zeros(*mask.shape, x.size(1), dtype=solve, device=x.device)
+        features[mask] = x.to(solve)
+        mu = torch.ones(mask.shape, dtype=solve, device=x.device)  # padding nodes weigh 1
         if node_weight is not None:
-            mu[mask] = node_weight.to(x.dtype)
+            mu[mask] = node_weight.to(solve)
         out = self.lin_root(x) if self.lin_root is not None else 0
         for weight, lins, A in ((self.alpha, self.lins_fwd, adjacency),
                                 (1.0 - self.alpha, self.lins_bwd, adjacency.transpose(1, 2))):
             if weight == 0.0:
                 continue
             for k, power in enumerate(self._resolvent_powers(A, mu, features)):
-                out = out + weight * lins[k](power[mask])
+                out = out + weight * lins[k](power[mask].to(x.dtype))
         return out + self.bias if self.bias is not None else out
 
     def _resolvent_powers(self, A: Tensor, mu: Tensor, z: Tensor):
