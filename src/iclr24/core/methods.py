@@ -19,4 +19,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "moe_peft",
     "dats",
     "aid",
+    "loqa",
 )

@@ -1,0 +1,84 @@
+import pytest
+import torch
+
+from iclr24.loqa import IPDConfig, IPDHistory, train_ipd
+from iclr24.loqa.lola import LOLAConfig, train_lola_dice
+
+torch.set_num_threads(1)
+
+
+def test_training_is_deterministic_per_seed():
+    cfg = IPDConfig(iterations=30, batch_size=16, eval_every=10, opponents_per_batch=4)
+    _, a = train_ipd(cfg, seed=3)
+    _, b = train_ipd(cfg, seed=3)
+    assert a.policy == b.policy and a.reward == b.reward and a.env_steps == [1600, 3200, 4800]
+    with pytest.raises(ValueError, match=r"batch_size \(10\) must be a multiple of opponents_per_batch \(4\)"):
+        IPDConfig(batch_size=10, opponents_per_batch=4)
+
+
+def test_opponent_shaping_is_what_makes_lOQA_reciprocate():
+    # the same learner and seed with and without the shaping term: only LOQA learns to answer
+    # cooperation with cooperation (P(C|DC), P(C|CC)) within 2000 updates
+    cfg = dict(iterations=2000, eval_every=2000)
+    loqa, _ = train_ipd(IPDConfig(**cfg), seed=0)
+    naive, _ = train_ipd(IPDConfig(shaping_weight=0.0, **cfg), seed=0)
+    from iclr24.loqa import memory_one_policy
+
+    p, q = memory_one_policy(loqa.policy), memory_one_policy(naive.policy)
+    assert p["DC"] > q["DC"] + 0.2 and p["CC"] > q["CC"]
+
+
+def test_lola_dice_runs_and_records_its_env_steps():
+    thetas, history = train_lola_dice(LOLAConfig(iterations=6, batch_size=8, eval_every=3), seed=0)
+    assert [t.shape for t in thetas] == [(5, 2), (5, 2)]
+    assert history.env_steps == [3 * 4 * 8 * 10, 6 * 4 * 8 * 10]
+
+
+def _history(policies, rewards, steps):
+    h = IPDHistory()
+    for i, (p, r) in enumerate(zip(policies, rewards)):
+        h.iteration.append(i + 1)
+        h.seconds.append(float(i))
+        h.env_steps.append(steps[i])
+        h.policy.append(p)
+        h.reward.append(r)
+    return h
+
+
+TFT = {"start": 1.0, "CC": 0.99, "CD": 0.1, "DC": 0.95, "DD": 0.02}
+DEFECT = {"start": 0.0, "CC": 0.1, "CD": 0.0, "DC": 0.0, "DD": 0.0}
+
+
+def test_claims_hold_on_clear_measurements_and_can_fail():
+    from iclr24.loqa.experiment import CLAIM_COIN, CLAIM_COMPUTE, CLAIM_RECIPROCITY, Config, _claims
+
+    cfg = Config(seeds=1)
+    reach = [{"vs_always_defect": -2.12, "self_play": -1.0, "policy": TFT}]
+
+    def holds(loqa_reward=-1.0, naive=-2.0, ad=-2.12, lola_policy=DEFECT, coin=None):
+        runs = {"LOQA": [_history([DEFECT, TFT], [-2.0, loqa_reward], [100, 200])],
+                "naive": [_history([DEFECT, DEFECT], [-2.0, naive], [100, 200])],
+                "LOLA-DiCE": [_history([DEFECT, lola_policy], [-2.0, -1.0], [50, 150])]}
+        r = [dict(reach[0], vs_always_defect=ad)] if loqa_reward >= -1.2 else [None]
+        return {c.statement: c.holds for c in _claims(runs, r, coin or {"LOQA": [], "naive": []}, cfg)}
+
+    assert holds() == {CLAIM_RECIPROCITY: True, CLAIM_COMPUTE: True, CLAIM_COIN: False}
+    assert not holds(ad=-2.4)[CLAIM_RECIPROCITY]  # exploited by Always-Defect
+    assert not holds(naive=-1.5)[CLAIM_RECIPROCITY]  # the naive learner cooperated too
+    assert not holds(loqa_reward=-1.5)[CLAIM_RECIPROCITY]  # never cooperative in self-play
+    assert not holds(lola_policy=TFT)[CLAIM_COMPUTE]  # LOLA-DiCE got there first (150 < 200)
+    coin = {"LOQA": [{"own_fraction": 0.9}], "naive": [{"own_fraction": 0.5}]}
+    assert holds(coin=coin)[CLAIM_COIN]
+    assert not holds(coin={"LOQA": [{"own_fraction": 0.7}], "naive": [{"own_fraction": 0.5}]})[CLAIM_COIN]
+
+
+def test_axelrod_scores_a_memory_one_policy():
+    axl = pytest.importorskip("axelrod")
+    from iclr24.loqa import FixedMemoryOne, axelrod_tournament
+    from iclr24.loqa.training import STRATEGIES
+
+    rows = axelrod_tournament(FixedMemoryOne(STRATEGIES["tit_for_tat"]), strategies=[axl.Defector, axl.Cooperator],
+                              turns=50, repetitions=2)
+    # TFT is exploited once by the Defector (S = 0), then both defect (P = 1)
+    assert rows[0]["opponent"] == "Defector" and rows[0]["score"] == pytest.approx(49 / 50)
+    assert rows[1]["score"] == pytest.approx(3.0) and rows[1]["cooperation"] == 1.0
