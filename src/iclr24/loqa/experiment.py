@@ -174,7 +174,9 @@ def _metrics(runs: dict, reach: list, coin: dict, cfg: Config) -> dict:
     for name, histories in runs.items():
         for s, h in enumerate(histories):
             i = h.first_reciprocal()
-            metrics[f"{name}_reach_env_steps_seed{s}"] = float(h.env_steps[i]) if i is not None else float("nan")
+            metrics[f"{name}_reached_seed{s}"] = float(i is not None)
+            if i is not None:  # metrics are finite numbers: a run that never got there has no step count
+                metrics[f"{name}_reach_env_steps_seed{s}"] = float(h.env_steps[i])
             metrics[f"{name}_final_self_play_seed{s}"] = h.reward[-1]
             for state in STATES:
                 metrics[f"{name}_final_p_c_{state}_seed{s}"] = h.policy[-1][state]
