@@ -168,3 +168,22 @@ def test_bad_hyperparameters_are_refused():
         LOQA(MemoryOnePolicy(), TabularCritic(3), shaping_weight=-1.0)
     with pytest.raises(ValueError, match="p_cooperate must be 5 probabilities"):
         FixedMemoryOne([0.5, 1.2, 0, 0, 0])
+
+
+def test_more_bad_input_is_refused_with_the_argument_named():
+    with pytest.raises(ValueError, match="grad_clip must be > 0"):
+        LOQA(MemoryOnePolicy(), TabularCritic(3), grad_clip=-1.0)
+    with pytest.raises(ValueError, match=r"t must lie in \[0, 3\]"):
+        TabularCritic(3)(STATE_OBS, torch.tensor(4))
+    with pytest.raises(ValueError, match="p_cooperate must be 5 probabilities"):
+        FixedMemoryOne([float("nan")] * 5)
+    with pytest.raises(ValueError, match="Population needs at least one module"):
+        Population([])
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        score_against(MemoryOnePolicy(), MemoryOnePolicy(), episodes=0)
+    from iclr24.loqa import IPDConfig
+
+    with pytest.raises(ValueError, match="gamma must be <= 1"):
+        IPDConfig(gamma=2.0)
+    with pytest.raises(ValueError, match="actor_lr must be > 0"):
+        IPDConfig(actor_lr=-1.0)

@@ -85,3 +85,11 @@ def test_coins_never_respawn_under_a_player_and_observations_are_egocentric():
         assert torch.equal(own[:, 0], other[:, 1]) and torch.equal(own[:, 2], other[:, 3])
         assert (own[:, 2:].sum((1, 2)) == 1).all()  # one coin, in one colour
         obs, *_ = env.step({a: torch.randint(4, (256,), generator=g) for a in env.agents})
+
+
+def test_step_before_reset_and_bad_seeds_are_refused():
+    env = CoinGame(2)
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
+        env.step({"player_0": torch.zeros(2, dtype=torch.long), "player_1": torch.zeros(2, dtype=torch.long)})
+    with pytest.raises(TypeError, match="seed must be an int, got 1.5"):
+        env.reset(seed=1.5)

@@ -53,23 +53,26 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
     from iclr24.loqa.experiment import CLAIM_COIN, CLAIM_COMPUTE, CLAIM_RECIPROCITY, Config, _claims
 
     cfg = Config(seeds=1)
-    reach = [{"vs_always_defect": -2.12, "self_play": -1.0, "policy": TFT}]
 
-    def holds(loqa_reward=-1.0, naive=-2.0, ad=-2.12, lola_policy=DEFECT, coin=None):
+    def holds(loqa_reward=-1.0, naive=-2.0, final_ad=-2.12, final_self=-1.0, lola_policy=DEFECT, coin=None):
         runs = {"LOQA": [_history([DEFECT, TFT], [-2.0, loqa_reward], [100, 200])],
                 "naive": [_history([DEFECT, DEFECT], [-2.0, naive], [100, 200])],
                 "LOLA-DiCE": [_history([DEFECT, lola_policy], [-2.0, -1.0], [50, 150])]}
-        r = [dict(reach[0], vs_always_defect=ad)] if loqa_reward >= -1.2 else [None]
-        return {c.statement: c.holds for c in _claims(runs, r, coin or {"LOQA": [], "naive": []}, cfg)}
+        reach = [{"vs_always_defect": -2.12, "self_play": -1.0, "policy": TFT}] if loqa_reward >= -1.2 else [None]
+        final = [{"vs_always_defect": final_ad, "self_play": final_self, "policy": TFT}]
+        return {c.statement: c.holds for c in _claims(runs, reach, final, coin or {"LOQA": [], "naive": []}, cfg)}
 
     assert holds() == {CLAIM_RECIPROCITY: True, CLAIM_COMPUTE: True, CLAIM_COIN: False}
-    assert not holds(ad=-2.4)[CLAIM_RECIPROCITY]  # exploited by Always-Defect
+    assert not holds(final_ad=-2.4)[CLAIM_RECIPROCITY]  # the final policy is exploited by Always-Defect
+    assert not holds(final_self=-1.5)[CLAIM_RECIPROCITY]  # the final policy stopped cooperating
     assert not holds(naive=-1.5)[CLAIM_RECIPROCITY]  # the naive learner cooperated too
     assert not holds(loqa_reward=-1.5)[CLAIM_RECIPROCITY]  # never cooperative in self-play
     assert not holds(lola_policy=TFT)[CLAIM_COMPUTE]  # LOLA-DiCE got there first (150 < 200)
     coin = {"LOQA": [{"own_fraction": 0.9}], "naive": [{"own_fraction": 0.5}]}
     assert holds(coin=coin)[CLAIM_COIN]
     assert not holds(coin={"LOQA": [{"own_fraction": 0.7}], "naive": [{"own_fraction": 0.5}]})[CLAIM_COIN]
+    with pytest.raises(ValueError, match="batch_size must be a multiple of 8"):
+        Config(batch_size=12)
 
 
 def test_axelrod_scores_a_memory_one_policy():

@@ -68,7 +68,9 @@ class TabularCritic(nn.Module):
         self.table = nn.Parameter(torch.zeros(horizon + 1, 5, 2))
 
     def forward(self, obs: Tensor, t: Tensor) -> Tensor:
-        return self.table[t.clamp(max=self.horizon), memory_one_state(obs)]
+        if (t < 0).any() or (t > self.horizon).any():
+            raise ValueError(f"t must lie in [0, {self.horizon}] (the critic's horizon), got {t.min()}..{t.max()}")
+        return self.table[t, memory_one_state(obs)]
 
 
 class MLPPolicy(nn.Module):
@@ -88,6 +90,7 @@ class MLPCritic(nn.Module):
 
     def __init__(self, observation_size: int, num_actions: int, horizon: int, hidden: int = 64) -> None:
         super().__init__()
+        check_int("horizon", horizon, minimum=1)
         self.horizon = horizon
         self.net = nn.Sequential(nn.Linear(observation_size + 1, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                                  nn.ReLU(), nn.Linear(hidden, num_actions))
@@ -200,6 +203,8 @@ class LOQA:
             check_number(name, value)
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        if grad_clip is not None:
+            grad_clip = check_number("grad_clip", grad_clip, minimum=0.0, exclusive=True)
         self.policy, self.critic = policy, critic
         self.target_critic = copy.deepcopy(critic).requires_grad_(False)
         self.gamma, self.tau, self.dice_lambda = gamma, tau, dice_lambda

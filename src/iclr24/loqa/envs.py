@@ -27,7 +27,7 @@ class _BatchedGame:
         check_int("batch_size", batch_size, minimum=1)
         check_int("horizon", horizon, minimum=1)
         self.batch_size, self.horizon = batch_size, horizon
-        self.t = 0
+        self.t, self._started = 0, False
         self.generator = torch.Generator()
 
     def _actions(self, actions: dict) -> tuple[Tensor, Tensor]:
@@ -44,7 +44,15 @@ class _BatchedGame:
             out.append(a.long())
         if self.t >= self.horizon:
             raise RuntimeError(f"the episode ended after {self.horizon} steps: call reset() first")
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
         return out[0], out[1]
+
+    def _seed(self, seed: int | None) -> None:
+        if seed is not None:
+            check_int("seed", seed, minimum=0)
+            self.generator.manual_seed(seed)
+        self.t, self._started = 0, True
 
     def _done(self) -> tuple[dict, dict]:
         self.t += 1
@@ -70,9 +78,7 @@ class IteratedPrisonersDilemma(_BatchedGame):
         super().__init__(batch_size, horizon)
 
     def reset(self, seed: int | None = None) -> dict:
-        if seed is not None:
-            self.generator.manual_seed(seed)
-        self.t = 0
+        self._seed(seed)
         start = torch.zeros(self.batch_size, 4)
         return {a: start.clone() for a in self.agents}
 
@@ -94,7 +100,8 @@ class CoinGame(_BatchedGame):
     the coin picks it up: +1 to whoever picks it up, and -2 to the owner when the other player takes
     it. Both may take it at once (each gets +1, and the owner pays 2 for the other's pickup). A new
     coin appears at a free cell (never under a player) in the other player's colour. Actions 0..3 move
-    right, left, down, up on the torus. ``infos[agent]`` has ``picked`` and ``picked_own`` per game.
+    right, left, down, up on the torus (the authors' code numbers them left, right, up, down).
+    ``infos[agent]`` has ``picked`` and ``picked_own`` per game.
 
     Observation per player, from its own point of view: four ``grid x grid`` planes, flattened
     (own position, other's position, coin of own colour, coin of the other's colour).
@@ -110,9 +117,7 @@ class CoinGame(_BatchedGame):
         self.observation_size = 4 * grid * grid
 
     def reset(self, seed: int | None = None) -> dict:
-        if seed is not None:
-            self.generator.manual_seed(seed)
-        self.t = 0
+        self._seed(seed)
         # players anywhere (they may share a cell, as in the authors' game), the coin on a free cell
         self.positions = torch.randint(self.grid * self.grid, (self.batch_size, 2), generator=self.generator)
         self.coin_owner = torch.randint(2, (self.batch_size,), generator=self.generator)

@@ -1,7 +1,9 @@
 """An outside check: score a memory-one IPD policy against the ``axelrod`` library's strategies.
 
-``axelrod`` is an optional extra (``pip install 'iclr24[games]'``). Its payoffs are R=3, S=0, T=5, P=1
-(ours are -1, -3, 0, -2: the same game shifted and scaled), so scores are reported in its units.
+``axelrod`` is an optional extra (``pip install 'iclr24[games]'``). Its payoffs are R=3, S=0, T=5, P=1;
+ours are R=-1, S=-3, T=0, P=-2. Both are prisoner's dilemmas (T > R > P > S, 2R > T + S) but not an
+affine map of each other, so scores are reported in axelrod's units. axelrod's memory-one player opens
+with a fixed move: ours is C when P(C|start) >= 0.5.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ def axelrod_tournament(policy: nn.Module, *, strategies: list | None = None, tur
     ``strategies``: axelrod player classes; default ``axelrod.basic_strategies`` plus a few famous ones.
     Returns one row per opponent: ``{"opponent", "score", "opponent_score", "cooperation"}``.
     """
+    from iclr24.core.checks import check_int
     from iclr24.loqa.training import memory_one_policy
 
+    check_int("turns", turns, minimum=1)
+    check_int("repetitions", repetitions, minimum=1)
     axl = _axelrod()
     p = memory_one_policy(policy)
     initial = axl.Action.C if p["start"] >= 0.5 else axl.Action.D

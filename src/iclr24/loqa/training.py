@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from iclr24.core.checks import check_int
+from iclr24.core.checks import check_int, check_number
 from iclr24.loqa.agent import LOQA, MemoryOnePolicy, Rollout, TabularCritic
 from iclr24.loqa.envs import IteratedPrisonersDilemma
 
@@ -35,7 +35,7 @@ class FixedMemoryOne(nn.Module):
     def __init__(self, p_cooperate) -> None:
         super().__init__()
         p = torch.as_tensor(p_cooperate, dtype=torch.float32)
-        if p.shape != (5,) or ((p < 0) | (p > 1)).any():
+        if p.shape != (5,) or not ((p >= 0) & (p <= 1)).all():
             raise ValueError(f"p_cooperate must be 5 probabilities (start, CC, CD, DC, DD), got {p_cooperate}")
         probs = torch.stack([p, 1 - p], -1)
         self.register_buffer("log_probs", torch.log(probs.clamp_min(1e-12)))
@@ -80,6 +80,8 @@ def memory_one_policy(policy: nn.Module) -> dict[str, float]:
 def score_against(policy: nn.Module, opponent: nn.Module, *, episodes: int = 512, horizon: int = 10,
                   seed: int = 0) -> tuple[float, float]:
     """Mean reward per step of ``policy`` and of ``opponent`` when they play the IPD."""
+    check_int("episodes", episodes, minimum=1)
+    check_int("horizon", horizon, minimum=1)
     rollout = play(IteratedPrisonersDilemma(episodes, horizon), policy, opponent, torch.Generator().manual_seed(seed))
     return float(rollout.rewards.mean()), float(rollout.opp_rewards.mean())
 
@@ -95,6 +97,11 @@ class Population(nn.Module):
         super().__init__()
         from torch.func import stack_module_state
 
+        if not modules:
+            raise ValueError("Population needs at least one module")
+        if len({type(m) for m in modules}) > 1:
+            names = sorted({type(m).__name__ for m in modules})
+            raise TypeError(f"Population's modules must share one class, got {names}")
         self.params, self.buffers_ = stack_module_state(modules)
         self.base = copy.deepcopy(modules[0]).to("meta")
         self.groups = len(modules)
@@ -103,6 +110,9 @@ class Population(nn.Module):
         from torch.func import functional_call, vmap
 
         G = self.groups
+        if x.dim() < 2:
+            raise ValueError("Population's input must have a batch dimension (..., batch, features), "
+                             f"got {tuple(x.shape)}")
         lead, B = x.shape[:-2], x.shape[-2]
         if B % G:
             raise ValueError(f"the batch ({B}) must split evenly into {G} groups")
@@ -169,6 +179,20 @@ class IPDConfig:
         if self.batch_size % self.opponents_per_batch:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of opponents_per_batch "
                              f"({self.opponents_per_batch})")
+        _check_learning(self)
+
+
+def _check_learning(config) -> None:
+    """The learner's numbers, checked when the config is made rather than when training starts."""
+    for name in ("gamma", "target_ema", "dice_lambda"):
+        if hasattr(config, name):
+            check_number(name, getattr(config, name), minimum=0.0, maximum=1.0)
+    for name in ("actor_lr", "critic_lr", "tau"):
+        if hasattr(config, name):
+            check_number(name, getattr(config, name), minimum=0.0, exclusive=True)
+    for name in ("shaping_weight", "entropy_weight"):
+        if hasattr(config, name):
+            check_number(name, getattr(config, name), minimum=0.0)
 
 
 @dataclass
@@ -207,6 +231,23 @@ def is_reciprocal(p: dict[str, float]) -> bool:
     return p["CC"] >= 0.9 and p["DD"] <= 0.1 and p["CD"] <= 0.4
 
 
+def _self_play_update(agent: LOQA, env, past: list, buffer: EpisodeBuffer, config, i: int, rng: random.Random,
+                      generator: torch.Generator) -> Rollout:
+    """One update of self-play against past versions: snapshot every ``opponent_replay_every`` updates,
+    split the batch among ``opponents_per_batch`` drawn snapshots, play, step the actor against them and
+    the critic on replayed episodes."""
+    if i % config.opponent_replay_every == 0:
+        past.append(agent.snapshot())
+        del past[:-config.opponent_replay]
+    drawn = [rng.choice(past) for _ in range(config.opponents_per_batch)]
+    opponent = Opponent(Population([o.policy for o in drawn]), Population([o.critic for o in drawn]))
+    rollout = play(env, agent.policy, opponent.policy, generator)
+    agent.update_actor(rollout, opponent)
+    buffer.push(rollout)
+    agent.update_critic(buffer.sample(config.batch_size, generator))
+    return rollout
+
+
 def train_ipd(config: IPDConfig = IPDConfig(), *, seed: int = 0,
               on_eval: Callable[[int, IPDHistory, LOQA], None] | None = None) -> tuple[LOQA, IPDHistory]:
     """Train one LOQA agent by self-play against itself and its past versions (``shaping_weight=0``:
@@ -224,15 +265,7 @@ def train_ipd(config: IPDConfig = IPDConfig(), *, seed: int = 0,
     history = IPDHistory()
     start = time.perf_counter()
     for i in range(config.iterations):
-        if i % config.opponent_replay_every == 0:
-            past.append(agent.snapshot())
-            del past[:-config.opponent_replay]
-        drawn = [rng.choice(past) for _ in range(config.opponents_per_batch)]
-        opponent = Opponent(Population([o.policy for o in drawn]), Population([o.critic for o in drawn]))
-        rollout = play(env, agent.policy, opponent.policy, generator)
-        agent.update_actor(rollout, opponent)
-        buffer.push(rollout)
-        agent.update_critic(buffer.sample(config.batch_size, generator))
+        _self_play_update(agent, env, past, buffer, config, i, rng, generator)
         if (i + 1) % config.eval_every == 0 or i + 1 == config.iterations:
             history.iteration.append(i + 1)
             history.seconds.append(time.perf_counter() - start)
@@ -276,6 +309,8 @@ class CoinConfig:
         if self.batch_size % self.opponents_per_batch:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of opponents_per_batch "
                              f"({self.opponents_per_batch})")
+        check_int("grid", self.grid, minimum=2)
+        _check_learning(self)
 
 
 def coin_pickups(policy_0: nn.Module, policy_1: nn.Module, *, episodes: int = 256, grid: int = 3, horizon: int = 50,
@@ -302,7 +337,11 @@ def coin_pickups(policy_0: nn.Module, policy_1: nn.Module, *, episodes: int = 25
 
 def train_coin_game(config: CoinConfig = CoinConfig(), *, seed: int = 0,
                     on_eval: Callable[[int, LOQA], None] | None = None, eval_every: int = 100) -> LOQA:
-    """Self-play LOQA (or the naive learner with ``shaping_weight=0``) on the Coin Game."""
+    """Self-play LOQA (or the naive learner with ``shaping_weight=0``) on the Coin Game.
+
+    The agents see only the board (an MLP, no memory), so they can learn whose coin to take but not to
+    retaliate; the paper's agents are GRUs."""
+    check_int("eval_every", eval_every, minimum=1)
     from iclr24.loqa.agent import MLPCritic, MLPPolicy
     from iclr24.loqa.envs import CoinGame
 
@@ -318,15 +357,7 @@ def train_coin_game(config: CoinConfig = CoinConfig(), *, seed: int = 0,
     past: list[LOQA] = []
     buffer = EpisodeBuffer(config.episode_replay)
     for i in range(config.iterations):
-        if i % config.opponent_replay_every == 0:
-            past.append(agent.snapshot())
-            del past[:-config.opponent_replay]
-        drawn = [rng.choice(past) for _ in range(config.opponents_per_batch)]
-        opponent = Opponent(Population([o.policy for o in drawn]), Population([o.critic for o in drawn]))
-        rollout = play(env, agent.policy, opponent.policy, generator)
-        agent.update_actor(rollout, opponent)
-        buffer.push(rollout)
-        agent.update_critic(buffer.sample(config.batch_size, generator))
+        _self_play_update(agent, env, past, buffer, config, i, rng, generator)
         if on_eval is not None and ((i + 1) % eval_every == 0 or i + 1 == config.iterations):
             on_eval(i + 1, agent)
     return agent
