@@ -68,9 +68,10 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
     assert not holds(naive=-1.5)[CLAIM_RECIPROCITY]  # the naive learner cooperated too
     assert not holds(loqa_reward=-1.5)[CLAIM_RECIPROCITY]  # never cooperative in self-play
     assert not holds(lola_policy=TFT)[CLAIM_COMPUTE]  # LOLA-DiCE got there first (150 < 200)
-    coin = {"LOQA": [{"own_fraction": 0.9}], "naive": [{"own_fraction": 0.5}]}
+    coin = {"LOQA": [{"own_fraction": 0.9, "reward": 0.2}], "naive": [{"own_fraction": 0.5, "reward": 0.0}]}
     assert holds(coin=coin)[CLAIM_COIN]
-    assert not holds(coin={"LOQA": [{"own_fraction": 0.7}], "naive": [{"own_fraction": 0.5}]})[CLAIM_COIN]
+    weak = {"LOQA": [{"own_fraction": 0.7, "reward": 0.2}], "naive": [{"own_fraction": 0.5, "reward": 0.0}]}
+    assert not holds(coin=weak)[CLAIM_COIN]
     with pytest.raises(ValueError, match="batch_size must be a multiple of 8"):
         Config(batch_size=12)
 
