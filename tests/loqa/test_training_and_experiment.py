@@ -68,10 +68,13 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
     assert not holds(naive=-1.5)[CLAIM_RECIPROCITY]  # the naive learner cooperated too
     assert not holds(loqa_reward=-1.5)[CLAIM_RECIPROCITY]  # never cooperative in self-play
     assert not holds(lola_policy=TFT)[CLAIM_COMPUTE]  # LOLA-DiCE got there first (150 < 200)
-    coin = {"LOQA": [{"own_fraction": 0.9, "reward": 0.2}], "naive": [{"own_fraction": 0.5, "reward": 0.0}]}
-    assert holds(coin=coin)[CLAIM_COIN]
-    weak = {"LOQA": [{"own_fraction": 0.7, "reward": 0.2}], "naive": [{"own_fraction": 0.5, "reward": 0.0}]}
-    assert not holds(coin=weak)[CLAIM_COIN]
+    def coin(own=0.9, gain=0.05):
+        return {"LOQA": [{"own_fraction": own, "reward": 0.2, "greedy_gain": gain}],
+                "naive": [{"own_fraction": 0.5, "reward": 0.0, "greedy_gain": 0.0}]}
+
+    assert holds(coin=coin())[CLAIM_COIN]
+    assert not holds(coin=coin(own=0.7))[CLAIM_COIN]
+    assert not holds(coin=coin(gain=0.3))[CLAIM_COIN]  # exploited by the greedy agent
     with pytest.raises(ValueError, match="batch_size must be a multiple of 8"):
         Config(batch_size=12)
 
@@ -86,3 +89,22 @@ def test_axelrod_scores_a_memory_one_policy():
     # TFT is exploited once by the Defector (S = 0), then both defect (P = 1)
     assert rows[0]["opponent"] == "Defector" and rows[0]["score"] == pytest.approx(49 / 50)
     assert rows[1]["score"] == pytest.approx(3.0) and rows[1]["cooperation"] == 1.0
+
+
+def test_the_greedy_coin_agent_steps_towards_the_coin():
+    from iclr24.loqa import CoinGame, GreedyCoinPolicy
+
+    env = CoinGame(64, grid=3)
+    obs = env.reset(seed=0)
+    greedy = GreedyCoinPolicy(3)
+    g = 3
+    before = env.positions[:, 0].clone()
+    action = greedy(obs["player_0"]).argmax(-1)
+    env.step({"player_0": action, "player_1": torch.zeros(64, dtype=torch.long)})
+
+    def dist(a, b):
+        dr, dc = (a // g - b // g).abs(), (a % g - b % g).abs()
+        return torch.minimum(dr, g - dr) + torch.minimum(dc, g - dc)
+
+    coin_before = obs["player_0"].reshape(64, 4, 9)[:, 2:].sum(1).argmax(-1)
+    assert (dist(env.positions[:, 0], coin_before) < dist(before, coin_before)).all()

@@ -12,7 +12,8 @@ critic; two LOLA-DiCE agents train on the same budget of environment steps.
 2. Compute: LOQA reaches reciprocity in fewer environment steps than LOLA-DiCE (which counts as never when
    it does not reach it within the budget), in every seed.
 3. Coin Game (MLP agents; ``quick``: 1 seed of 1000 updates, about 70 s per learner): LOQA's mean own-coin
-   pickup fraction in self-play >= 0.8, the naive learner's <= 0.6.
+   pickup fraction in self-play >= 0.8, the naive learner's <= 0.6, and a greedy agent that takes every
+   coin gains at most 0.1 a step more than LOQA when they play.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from iclr24.loqa.training import (  # noqa: E402
     STRATEGIES,
     CoinConfig,
     FixedMemoryOne,
+    GreedyCoinPolicy,
     IPDConfig,
     coin_pickups,
     score_against,
@@ -45,7 +47,7 @@ CLAIM_RECIPROCITY = ("in the IPD LOQA reaches tit-for-tat-like reciprocity that 
                      "while naive learners defect")
 CLAIM_COMPUTE = "LOQA reaches reciprocity with less compute than LOLA-DiCE"
 CLAIM_COIN = "in the Coin Game LOQA agents take their own coins, naive learners do not"
-AD_BAR, NAIVE_BAR = -2.25, -1.9
+AD_BAR, NAIVE_BAR, GREEDY_BAR = -2.25, -1.9, 0.1
 STATES = ("start", "CC", "CD", "DC", "DD")
 
 
@@ -138,7 +140,11 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                 coin_cfg = CoinConfig(iterations=cfg.coin_iterations, batch_size=cfg.coin_batch_size,
                                       shaping_weight=weight)
                 learned = train_coin_game(coin_cfg, seed=seed)
-                coin[name].append(coin_pickups(learned.policy, learned.policy, seed=seed))
+                row = coin_pickups(learned.policy, learned.policy, seed=seed)
+                # the Coin Game's Always-Defect (greedy: every coin) as player 0 against the learner
+                versus = coin_pickups(GreedyCoinPolicy(coin_cfg.grid), learned.policy, seed=seed)
+                row["greedy_gain"] = versus["reward"] - versus["opponent_reward"]
+                coin[name].append(row)
                 bar.advance()
             ctx.log(f"coin game seed {s}: " + ", ".join(f"{k} own fraction {v[-1]['own_fraction']:.2f}"
                                                         for k, v in coin.items()))
@@ -200,6 +206,7 @@ def _metrics(runs: dict, reach: list, final: list, coin: dict, cfg: Config) -> d
     for name, rows in coin.items():
         for s, row in enumerate(rows):
             metrics[f"coin_{name}_own_fraction_seed{s}"] = row["own_fraction"]
+            metrics[f"coin_{name}_greedy_gain_seed{s}"] = row["greedy_gain"]
     return metrics
 
 
@@ -246,19 +253,24 @@ def _claims(runs: dict, reach: list, final: list, coin: dict, cfg: Config) -> li
     ]
     if coin["LOQA"]:
         own = {k: [r["own_fraction"] for r in v] for k, v in coin.items()}
-        coin_holds = statistics.mean(own["LOQA"]) >= 0.8 and statistics.mean(own["naive"]) <= 0.6
+        gain = [r["greedy_gain"] for r in coin["LOQA"]]
+        coin_holds = (statistics.mean(own["LOQA"]) >= 0.8 and statistics.mean(own["naive"]) <= 0.6
+                      and statistics.mean(gain) <= GREEDY_BAR)
         rewards = {k: [r["reward"] for r in v] for k, v in coin.items()}
         coin_measured = (f"own-coin fraction in self-play: LOQA {'/'.join(f'{v:.2f}' for v in own['LOQA'])}, naive "
                          f"{'/'.join(f'{v:.2f}' for v in own['naive'])}; reward per step LOQA "
                          f"{'/'.join(f'{v:.2f}' for v in rewards['LOQA'])}, naive "
-                         f"{'/'.join(f'{v:.2f}' for v in rewards['naive'])} ({cfg.coin_iterations} updates, "
+                         f"{'/'.join(f'{v:.2f}' for v in rewards['naive'])}; a greedy agent gains "
+                         f"{'/'.join(f'{v:+.2f}' for v in gain)} a step over LOQA ({cfg.coin_iterations} updates, "
                          f"{cfg.coin_seeds} seed{'s' if cfg.coin_seeds > 1 else ''})")
     else:
         coin_holds, coin_measured = False, "not run (coin_iterations=0)"
     claims.append(Claim(CLAIM_COIN, paper="own-coin pickups and retaliation in self-play (Coin Game, 3x3; GRU agents, "
                                           "batch 8192, 15 min on an A100)",
                         measured=coin_measured, holds=coin_holds,
-                        criterion="mean own-coin fraction: LOQA >= 0.8, naive <= 0.6 (a claim not run does not hold)"))
+                        criterion=f"mean own-coin fraction: LOQA >= 0.8, naive <= 0.6; and a greedy agent (the Coin "
+                                  f"Game's Always-Defect) gains <= {GREEDY_BAR} a step over LOQA when they play (the "
+                                  "spec's check); a claim not run does not hold"))
     return claims
 
 

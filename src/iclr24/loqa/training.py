@@ -15,8 +15,8 @@ from iclr24.core.checks import check_int, check_number
 from iclr24.loqa.agent import LOQA, MemoryOnePolicy, Rollout, TabularCritic
 from iclr24.loqa.envs import IteratedPrisonersDilemma
 
-__all__ = ["STRATEGIES", "CoinConfig", "EpisodeBuffer", "FixedMemoryOne", "IPDConfig", "IPDHistory", "Opponent",
-           "Population", "coin_pickups", "is_reciprocal", "memory_one_policy", "play", "score_against",
+__all__ = ["STRATEGIES", "CoinConfig", "EpisodeBuffer", "FixedMemoryOne", "GreedyCoinPolicy", "IPDConfig", "IPDHistory",
+           "Opponent", "Population", "coin_pickups", "is_reciprocal", "memory_one_policy", "play", "score_against",
            "train_coin_game", "train_ipd"]
 
 #: P(cooperate) at start, CC, CD, DC, DD (own move first) for classic memory-one strategies
@@ -313,16 +313,43 @@ class CoinConfig:
         _check_learning(self)
 
 
+class GreedyCoinPolicy(nn.Module):
+    """The Coin Game's Always-Defect: step towards the coin, whatever its colour (ties: the first move)."""
+
+    def __init__(self, grid: int = 3) -> None:
+        super().__init__()
+        check_int("grid", grid, minimum=2)
+        self.grid = grid
+
+    def forward(self, obs: Tensor) -> Tensor:
+        from iclr24.loqa.envs import CoinGame
+
+        g = self.grid
+        planes = obs.reshape(*obs.shape[:-1], 4, g * g)
+        me = planes[..., 0, :].argmax(-1)
+        coin = (planes[..., 2, :] + planes[..., 3, :]).argmax(-1)
+        rows, cols = me // g, me % g
+        moves = CoinGame.MOVES.to(obs.device)
+        new_rows, new_cols = (rows[..., None] + moves[:, 0]) % g, (cols[..., None] + moves[:, 1]) % g
+
+        def torus(a, b):
+            d = (a - b).abs()
+            return torch.minimum(d, g - d)
+
+        distance = torus(new_rows, (coin // g)[..., None]) + torus(new_cols, (coin % g)[..., None])
+        return -10.0 * distance.float()
+
+
 def coin_pickups(policy_0: nn.Module, policy_1: nn.Module, *, episodes: int = 256, grid: int = 3, horizon: int = 50,
                  seed: int = 0) -> dict[str, float]:
     """Play the Coin Game; per player 0: coins picked per step, the fraction of its pickups that were its
-    own colour, and its reward per step."""
+    own colour, and its reward per step; and player 1's reward per step (``opponent_reward``)."""
     from iclr24.loqa.envs import CoinGame
 
     env = CoinGame(episodes, grid, horizon)
     generator = torch.Generator().manual_seed(seed)
     observations = env.reset(seed)
-    picked = own = reward = 0.0
+    picked = own = reward = opponent_reward = 0.0
     with torch.no_grad():
         for _ in range(horizon):
             actions = {a: torch.multinomial(torch.softmax(p(observations[a]), -1), 1, generator=generator).squeeze(-1)
@@ -331,8 +358,10 @@ def coin_pickups(policy_0: nn.Module, policy_1: nn.Module, *, episodes: int = 25
             picked += float(infos["player_0"]["picked"].float().sum())
             own += float(infos["player_0"]["picked_own"].float().sum())
             reward += float(rewards["player_0"].sum())
+            opponent_reward += float(rewards["player_1"].sum())
     steps = episodes * horizon
-    return {"pickups_per_step": picked / steps, "own_fraction": own / max(picked, 1.0), "reward": reward / steps}
+    return {"pickups_per_step": picked / steps, "own_fraction": own / max(picked, 1.0), "reward": reward / steps,
+            "opponent_reward": opponent_reward / steps}
 
 
 def train_coin_game(config: CoinConfig = CoinConfig(), *, seed: int = 0,
