@@ -16,9 +16,9 @@ import torch
 from torch import Tensor
 
 from iclr24.core.checks import check_int
-from iclr24.loqa.agent import magic_box, memory_one_state
+from iclr24.loqa.agent import Rollout, magic_box, memory_one_state
 from iclr24.loqa.envs import IteratedPrisonersDilemma
-from iclr24.loqa.training import IPDHistory
+from iclr24.loqa.training import IPDHistory, memory_one_policy, play
 
 __all__ = ["LOLAConfig", "dice_objective", "train_lola_dice"]
 
@@ -39,25 +39,25 @@ class LOLAConfig:
             check_int(name, getattr(self, name), minimum=1)
 
 
+class _Tabular:
+    """Memory-one logits ``theta`` (5, 2) as a policy ``obs -> logits``, for :func:`play`."""
+
+    def __init__(self, theta: Tensor) -> None:
+        self.theta = theta
+
+    def __call__(self, obs: Tensor) -> Tensor:
+        return self.theta[memory_one_state(obs)]
+
+
 def _logps(theta: Tensor, obs: Tensor, actions: Tensor) -> Tensor:
-    return torch.log_softmax(theta[memory_one_state(obs)], -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    """``log pi_theta(a_t | s_t)`` for ``obs`` ``(T+1, B, 4)`` (the last one unused) and ``actions`` ``(T, B)``."""
+    return torch.log_softmax(_Tabular(theta)(obs[:-1]), -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
-def _episodes(theta_0: Tensor, theta_1: Tensor, env, generator):
-    observations = env.reset()
-    obs, actions, rewards = ([], []), ([], []), ([], [])
-    with torch.no_grad():
-        for _ in range(env.horizon):
-            step = {}
-            for i, (agent, theta) in enumerate(zip(env.agents, (theta_0, theta_1))):
-                probs = torch.softmax(theta[memory_one_state(observations[agent])], -1)
-                step[agent] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-                obs[i].append(observations[agent])
-                actions[i].append(step[agent])
-            observations, reward, _, _, _ = env.step(step)
-            for i, agent in enumerate(env.agents):
-                rewards[i].append(reward[agent])
-    return [torch.stack(o) for o in obs], [torch.stack(a) for a in actions], [torch.stack(r) for r in rewards]
+def _episodes(theta_0: Tensor, theta_1: Tensor, env, generator, i: int) -> Rollout:
+    """Episodes of the two tabular players, seen by player ``i``."""
+    rollout = play(env, _Tabular(theta_0.detach()), _Tabular(theta_1.detach()), generator)
+    return rollout if i == 0 else rollout.swap()
 
 
 def dice_objective(logps_self: Tensor, logps_other: Tensor, rewards: Tensor, gamma: float) -> Tensor:
@@ -85,37 +85,29 @@ def train_lola_dice(config: LOLAConfig = LOLAConfig(), *, seed: int = 0) -> tupl
         for i in (0, 1):
             j = 1 - i
             # look-ahead: the opponent's naive step, differentiable in theta_i
-            (o_i, o_j), (a_i, a_j), (_, r_j) = _ordered(_episodes(*_pair(thetas, i), env, generator), i)
-            objective_j = dice_objective(_logps(thetas[j], o_j, a_j), _logps(thetas[i], o_i, a_i), r_j, config.gamma)
+            r = _episodes(thetas[0], thetas[1], env, generator, i)
+            objective_j = dice_objective(_logps(thetas[j], r.opp_obs, r.opp_actions),
+                                         _logps(thetas[i], r.obs, r.actions), r.opp_rewards, config.gamma)
             grad_j = torch.autograd.grad(objective_j, thetas[j], create_graph=True)[0]
             theta_j = thetas[j] + config.inner_lr * grad_j
             # own step against the looked-ahead opponent, in fresh episodes
             pair = (thetas[i], theta_j) if i == 0 else (theta_j, thetas[i])
-            (o_i, o_j), (a_i, a_j), (r_i, _) = _ordered(_episodes(*(p.detach() for p in pair), env, generator), i)
-            objective_i = dice_objective(_logps(thetas[i], o_i, a_i), _logps(theta_j, o_j, a_j), r_i, config.gamma)
+            r = _episodes(*pair, env, generator, i)
+            objective_i = dice_objective(_logps(thetas[i], r.obs, r.actions), _logps(theta_j, r.opp_obs, r.opp_actions),
+                                         r.rewards, config.gamma)
             updates.append(torch.autograd.grad(objective_i, thetas[i])[0])
             steps += 2 * config.batch_size * config.horizon
         with torch.no_grad():
             for theta, grad in zip(thetas, updates):
                 theta += config.outer_lr * grad
         if (it + 1) % config.eval_every == 0 or it + 1 == config.iterations:
-            (_, _), (_, _), (r, _) = _episodes(thetas[0].detach(), thetas[1].detach(), env, generator)
-            with torch.no_grad():
-                p = torch.softmax(thetas[0], -1)[:, 0]
+            r = _episodes(thetas[0], thetas[1], env, generator, 0)
             history.iteration.append(it + 1)
             history.seconds.append(time.perf_counter() - start)
             history.env_steps.append(steps)
-            history.policy.append(dict(zip(("start", "CC", "CD", "DC", "DD"), (float(v) for v in p))))
-            history.reward.append(float(r.mean()))  # the two LOLA agents' play: their self-play
+            history.policy.append(memory_one_policy(_Tabular(thetas[0].detach())))
+            history.reward.append(float(r.rewards.mean()))  # the two LOLA agents' play: their self-play
             if config.stop_at_reciprocity and history.reached(len(history.iteration) - 1):
                 break
     return [theta.detach() for theta in thetas], history
 
-
-def _pair(thetas, i):
-    return thetas[0].detach(), thetas[1].detach()
-
-
-def _ordered(episodes, i):
-    """Reorder ``(obs, actions, rewards)`` of players (0, 1) as (i, j)."""
-    return tuple((part[i], part[1 - i]) for part in episodes)
