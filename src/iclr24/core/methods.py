@@ -20,4 +20,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "dats",
     "aid",
     "loqa",
+    "federated",
 )

@@ -1,0 +1,192 @@
+"""Local training, FedAvg and weighted FedAvg as one loop over any torch model.
+
+A round: every client runs ``local_steps`` of full-batch gradient descent from the model it holds, then the
+server mixes the client models with a row-stochastic matrix ``A``: client k receives
+``theta_k <- sum_k' A[k, k'] theta_k'``. The three methods differ only in ``A``:
+
+- local training ("Singleset" in the paper): ``A = I``, no communication;
+- FedAvg: every row is ``n_k' / N``, one global model;
+- weighted FedAvg: ``A[k, k']`` proportional to ``relu(cos(phi_k, phi_k'))``, the similarity of the clients'
+  label-weighted input features ``phi`` (for the paper's data, ``phi_k = mean_i y_i x_i^(1) = mu_k``), so a
+  client averages only with clients whose data look alike.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from iclr24.core import check_int, check_number, check_tensor, track
+from iclr24.federated.data import ClientData
+
+__all__ = ["AGGREGATIONS", "FederatedRun", "aggregation_weights", "client_features", "error_rate",
+           "federated_train", "local_train", "mix_state_dicts", "sample_size_weights", "similarity_weights"]
+
+AGGREGATIONS = ("local", "fedavg", "weighted")
+Loss = Callable[[Tensor, Tensor], Tensor]
+
+
+def default_loss(y: Tensor) -> Loss:
+    """Logistic loss for +-1 float labels with one logit per sample; cross-entropy for class indices."""
+    if y.is_floating_point():
+        return lambda logits, target: F.softplus(-target * logits).mean()
+    return F.cross_entropy
+
+
+def error_rate(model: nn.Module, x: Tensor, y: Tensor) -> float:
+    """Fraction of misclassified samples (sign of the logit for +-1 labels, argmax for class indices)."""
+    with torch.no_grad():
+        out = model(x)
+    pred = torch.where(out >= 0, 1.0, -1.0) if y.is_floating_point() else out.argmax(dim=-1)
+    return float((pred != y).float().mean())
+
+
+def local_train(model: nn.Module, x: Tensor, y: Tensor, *, steps: int, lr: float,
+                loss: Loss | None = None) -> float:
+    """``steps`` of full-batch gradient descent on ``loss(model(x), y)`` in place; returns the last loss."""
+    steps = check_int("steps", steps, minimum=1)
+    lr = check_number("lr", lr, minimum=0.0, exclusive=True)
+    loss = loss or default_loss(y)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for _ in range(steps):
+        value = loss(model(x), y)
+        grads = torch.autograd.grad(value, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads):
+                p.sub_(lr * g)
+    return float(value.detach())
+
+
+def client_features(x: Tensor, y: Tensor, classes: Sequence) -> Tensor:
+    """``phi = [(1/n) sum_{i: y_i = c} x_i for c in classes]``, flattened: the label-weighted input mean.
+
+    For +-1 labels and the signal patch this is the paper's estimate of ``mu_k`` up to sign blocks
+    (``[-mu_k/2, mu_k/2]``), so opposite signals have cosine -1 and orthogonal ones 0.
+    """
+    x = check_tensor("x", x, min_ndim=1).flatten(1).to(torch.float64)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"x and y must have the same number of samples, got {x.shape[0]} and {y.shape[0]}")
+    blocks = [(x * (y == c).to(x.dtype)[:, None]).sum(0) / x.shape[0] for c in classes]
+    return torch.cat(blocks)
+
+
+def similarity_weights(features: Tensor) -> Tensor:
+    """Row-stochastic ``A[k, k'] = relu(cos(phi_k, phi_k')) / sum_k'' relu(cos(phi_k, phi_k''))``.
+
+    ``features`` is ``(K, D)``. The diagonal is 1 before normalising, so each row has mass; a client with a
+    zero feature vector keeps its own model.
+    """
+    features = check_tensor("features", features, ndim=2, shape_doc="(clients, D)").to(torch.float64)
+    norms = features.norm(dim=1, keepdim=True)
+    unit = features / norms.clamp_min(torch.finfo(torch.float64).tiny)
+    sim = (unit @ unit.T).clamp_min(0.0)
+    sim.fill_diagonal_(1.0)
+    return sim / sim.sum(dim=1, keepdim=True)
+
+
+def sample_size_weights(sizes: Sequence[int]) -> Tensor:
+    """FedAvg's ``A[k, k'] = n_k' / N`` for every row."""
+    sizes_t = torch.as_tensor(list(sizes), dtype=torch.float64)
+    if sizes_t.ndim != 1 or sizes_t.numel() == 0 or bool((sizes_t <= 0).any()):
+        raise ValueError(f"sizes must be a non-empty list of positive counts, got {list(sizes)}")
+    return (sizes_t / sizes_t.sum()).expand(sizes_t.numel(), -1).clone()
+
+
+def aggregation_weights(aggregation: str | Tensor, clients: Sequence[ClientData], *,
+                        feature_fn: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """The ``(K, K)`` mixing matrix for ``"local"``, ``"fedavg"``, ``"weighted"`` or a given matrix."""
+    k = len(clients)
+    if isinstance(aggregation, Tensor):
+        a = check_tensor("aggregation", aggregation, ndim=2).to(torch.float64)
+        if a.shape != (k, k) or bool((a < 0).any()) or not torch.allclose(a.sum(1), torch.ones(k, dtype=a.dtype)):
+            raise ValueError(f"aggregation must be a non-negative ({k}, {k}) matrix whose rows sum to 1, "
+                             f"got shape {tuple(a.shape)}")
+        return a
+    if aggregation == "local":
+        return torch.eye(k, dtype=torch.float64)
+    if aggregation == "fedavg":
+        return sample_size_weights([c.num_examples for c in clients])
+    if aggregation == "weighted":
+        feature_fn = feature_fn or (lambda x: x)
+        classes = torch.unique(torch.cat([c.y for c in clients])).tolist()
+        return similarity_weights(torch.stack([client_features(feature_fn(c.x), c.y, classes) for c in clients]))
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS} or a (K, K) tensor, got {aggregation!r}")
+
+
+def mix_state_dicts(states: Sequence[dict[str, Tensor]], weights: Tensor) -> list[dict[str, Tensor]]:
+    """``out[k][name] = sum_k' weights[k, k'] * states[k'][name]`` for floating-point entries; other entries
+    (e.g. BatchNorm's step counter) are taken from client k unchanged."""
+    k = len(states)
+    if weights.shape != (k, k):
+        raise ValueError(f"weights must be ({k}, {k}) for {k} states, got {tuple(weights.shape)}")
+    out: list[dict[str, Tensor]] = [{} for _ in range(k)]
+    for name, first in states[0].items():
+        if not first.is_floating_point():
+            for i in range(k):
+                out[i][name] = states[i][name]
+            continue
+        stacked = torch.stack([s[name] for s in states]).to(torch.float64)
+        mixed = torch.tensordot(weights.to(torch.float64), stacked, dims=1).to(first.dtype)
+        for i in range(k):
+            out[i][name] = mixed[i]
+    return out
+
+
+@dataclass
+class FederatedRun:
+    """The client models after the last round, the mixing matrix, and what ``callback`` returned each round
+    (round 0 is before training)."""
+
+    models: list[nn.Module]
+    weights: Tensor
+    history: list[dict] = field(default_factory=list)
+
+
+def federated_train(
+    model: nn.Module,
+    clients: Sequence[ClientData],
+    *,
+    rounds: int,
+    local_steps: int,
+    lr: float,
+    aggregation: str | Tensor = "fedavg",
+    loss: Loss | None = None,
+    feature_fn: Callable[[Tensor], Tensor] | None = None,
+    callback: Callable[[int, list[nn.Module]], dict | None] | None = None,
+    progress: str | None = None,
+) -> FederatedRun:
+    """Train one copy of ``model`` per client for ``rounds`` rounds of local GD + aggregation.
+
+    Every client starts from ``model``'s parameters (the server's initialisation). ``aggregation`` is
+    ``"local"``, ``"fedavg"``, ``"weighted"`` (similarity of ``client_features(feature_fn(x), y)``) or a
+    row-stochastic ``(K, K)`` tensor. ``callback(round, models)`` may return a dict of measurements.
+    """
+    clients = list(clients)
+    if not clients:
+        raise ValueError("clients must hold at least one client")
+    rounds = check_int("rounds", rounds, minimum=0)
+    weights = aggregation_weights(aggregation, clients, feature_fn=feature_fn)
+    models = [copy.deepcopy(model) for _ in clients]
+    run = FederatedRun(models, weights)
+
+    def record(r: int) -> None:
+        if callback is not None:
+            out = callback(r, models)
+            if out is not None:
+                run.history.append({"round": r, **out})
+
+    record(0)
+    steps = track(range(1, rounds + 1), progress, total=rounds) if progress else range(1, rounds + 1)
+    for r in steps:
+        for client_model, data in zip(models, clients):
+            local_train(client_model, data.x, data.y, steps=local_steps, lr=lr, loss=loss)
+        if not torch.equal(weights, torch.eye(len(clients), dtype=weights.dtype)):
+            for client_model, state in zip(models, mix_state_dicts([m.state_dict() for m in models], weights)):
+                client_model.load_state_dict(state)
+        record(r)
+    return run
