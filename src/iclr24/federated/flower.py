@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
@@ -169,11 +170,13 @@ def make_client_app(model: nn.Module, clients: Sequence[ClientData], *, local_st
 
 @dataclass
 class FlowerRun:
-    """Client models by partition id after the last round, and the mean client test error per round."""
+    """Client models by partition id after the last round, the mean client test error per round, the
+    mixing matrix (weighted FedAvg) and the wall-clock seconds of each round on the server."""
 
     models: list[nn.Module]
     errors: list[float] = field(default_factory=list)
     weights: Tensor | None = None
+    round_seconds: list[float] = field(default_factory=list)
 
 
 @contextmanager
@@ -198,13 +201,15 @@ def run_flower_simulation(
     loss: Loss | None = None,
     feature_fn: Callable[[Tensor], Tensor] | None = None,
     num_cpus: int | None = None,
+    evaluate: bool = True,
     quiet: bool = True,
 ) -> FlowerRun:
     """``federated_train``'s federation run through Flower's simulation engine (Ray backend).
 
     ``aggregation`` is ``"weighted"`` (``WeightedFedAvg``) or ``"fedavg"`` (Flower's own ``FedAvg``,
-    weighted by ``num-examples``); every client trains and evaluates each round. Each simulated client is a
-    Ray actor with one CPU; ``num_cpus`` caps the Ray pool (default: every core).
+    weighted by ``num-examples``); every client trains each round, and evaluates its model on its test set
+    unless ``evaluate=False``. Simulated clients run on Ray actors of one CPU each; ``num_cpus`` caps the
+    Ray pool (default: every core).
     """
     from flwr.simulation import run_simulation
 
@@ -216,22 +221,29 @@ def run_flower_simulation(
     if aggregation not in ("weighted", "fedavg"):
         raise ValueError(f"aggregation must be 'weighted' or 'fedavg' in a Flower run, got {aggregation!r}")
     # every client takes part in every round, as in the in-process loop
-    sampling = dict(min_train_nodes=n, min_evaluate_nodes=n, min_available_nodes=n)
-    strategy = WeightedFedAvg(**sampling) if aggregation == "weighted" else FedAvg(**sampling)
+    sampling = dict(min_train_nodes=n, min_evaluate_nodes=n if evaluate else 0, min_available_nodes=n,
+                    fraction_evaluate=1.0 if evaluate else 0.0)
+    level = logging.ERROR if quiet else logging.INFO
+    with _flower_log_level(level):
+        strategy = WeightedFedAvg(**sampling) if aggregation == "weighted" else FedAvg(**sampling)
     captured: dict = {}
+    round_ends: list[float] = []       # the server's clock before round 1 and after each round
     server = ServerApp()
+
+    def clock(server_round: int, arrays: ArrayRecord) -> None:
+        round_ends.append(time.perf_counter())
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         captured["result"] = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
-                                            num_rounds=rounds)
+                                            num_rounds=rounds, evaluate_fn=clock)
 
     backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                       "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1, "log_to_driver": not quiet,
                                     "include_dashboard": False}}
     app = make_client_app(model, clients, local_steps=local_steps, lr=lr, loss=loss, feature_fn=feature_fn)
     # quiet: Flower's per-round log and its notice that run_simulation is deprecated in favour of `flwr run`
-    with _flower_log_level(logging.ERROR if quiet else logging.INFO), warnings.catch_warnings():
+    with _flower_log_level(level), warnings.catch_warnings():
         if quiet:
             warnings.filterwarnings("ignore", category=FutureWarning, module="ray")
         run_simulation(server_app=server, client_app=app, num_supernodes=n, backend_config=backend_config)
@@ -252,5 +264,6 @@ def run_flower_simulation(
         local = copy.deepcopy(model)
         local.load_state_dict(state)
         models.append(local)
-    return FlowerRun(models, errors, strategy.weights if aggregation == "weighted" else None)
+    return FlowerRun(models, errors, strategy.weights if aggregation == "weighted" else None,
+                     [b - a for a, b in zip(round_ends, round_ends[1:])])
 
