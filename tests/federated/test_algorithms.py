@@ -24,14 +24,14 @@ def _signal_patch(x):
     return x[:, 0]
 
 
-def _linear_clients(k=3, n=12, d=5, seed=0, same=False):
+def _linear_clients(k=3, n=12, d=5, seed=0, same=False, sizes=None):
     g = torch.Generator().manual_seed(seed)
     clients = []
     for i in range(k):
         if same and clients:
             clients.append(clients[0])
             continue
-        x = torch.randn(n, d, generator=g)
+        x = torch.randn(sizes[i] if sizes else n, d, generator=g)
         y = torch.sign(x[:, i % d] + 0.1)
         clients.append(ClientData(x, y, x, y))
     return clients
@@ -68,6 +68,30 @@ def test_client_features_are_label_weighted_input_means():
     assert phi.tolist() == [2.0, 2.5, 0.0, 0.0, 2.0, 2.5]        # (x0+x3)/4, nothing, (x1+x2)/4
 
 
+def test_binary_features_are_the_signal_whatever_the_label_balance():
+    mu = torch.tensor([3.0, 0.0])
+    all_pos = torch.ones(4)
+    mixed = torch.tensor([1.0, -1.0, -1.0, -1.0])
+    phi_a = client_features(all_pos[:, None] * mu, all_pos, [-1.0, 1.0])
+    phi_b = client_features(mixed[:, None] * mu, mixed, [-1.0, 1.0])
+    assert phi_a.tolist() == phi_b.tolist() == [3.0, 0.0]         # mean_i y_i x_i = mu
+    data = signal_noise_clients(10, 8, d=50, seed=0)
+    a = aggregation_weights("weighted", data.clients, feature_fn=_signal_patch)
+    torch.testing.assert_close(a, torch.full((10, 10), 0.1, dtype=torch.float64))   # homogeneous: uniform
+
+
+def test_weighted_features_use_the_union_of_classes_in_one_order():
+    x = torch.eye(2)
+    clients = [ClientData(x, torch.tensor([0, 1]), x, torch.tensor([0, 1])),
+               ClientData(x, torch.tensor([1, 2]), x, torch.tensor([1, 2]))]
+    # phi_0 = [e0/2, e1/2, 0], phi_1 = [0, e0/2, e1/2] over classes (0, 1, 2): cosine 0, so no mixing
+    assert aggregation_weights("weighted", clients).tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    clients[1] = ClientData(x, torch.tensor([0, 2]), x, torch.tensor([0, 2]))
+    # phi_1 = [e0/2, 0, e1/2]: shares class 0 with client 0: cosine 1/2
+    torch.testing.assert_close(aggregation_weights("weighted", clients),
+                               torch.tensor([[2 / 3, 1 / 3], [1 / 3, 2 / 3]], dtype=torch.float64))
+
+
 def test_features_of_opposite_and_orthogonal_signals_give_block_weights():
     for heterogeneity, between in (("opposite", 0.0), ("orthogonal", 0.0), ("homogeneous", None)):
         data = signal_noise_clients(4, 10, d=50, heterogeneity=heterogeneity, seed=2)
@@ -98,7 +122,7 @@ def test_mix_state_dicts_mixes_floats_and_keeps_integer_buffers():
     assert mixed[0]["w"].tolist() == [0.5, 2.0] and mixed[1]["w"].tolist() == [0.25, 3.0]
     assert mixed[0]["n"].item() == 3 and mixed[1]["n"].item() == 5
     assert mixed[0]["w"].dtype == torch.float32
-    with pytest.raises(ValueError, match=r"weights must be \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"weights must be a non-negative \(2, 2\) matrix"):
         mix_state_dicts(states, torch.eye(3))
 
 
@@ -125,8 +149,10 @@ def test_fedavg_of_identical_clients_equals_local_training():
         torch.testing.assert_close(a.w, b.w)
 
 
-def test_fedavg_with_one_local_step_is_centralised_gradient_descent():
-    clients = _linear_clients(4)                       # equal sizes: the average of the steps is the full step
+@pytest.mark.parametrize("sizes", [None, (5, 12, 20, 7)])
+def test_fedavg_with_one_local_step_is_centralised_gradient_descent(sizes):
+    # with n_k / N weights, the average of one mean-loss step per client is the full-batch step
+    clients = _linear_clients(4, sizes=sizes)
     fed = federated_train(Linear(5), clients, rounds=5, local_steps=1, lr=0.3, aggregation="fedavg")
     central = Linear(5)
     x, y = torch.cat([c.x for c in clients]), torch.cat([c.y for c in clients])
@@ -207,3 +233,30 @@ def test_weighted_fedavg_beats_fedavg_on_opposite_signals():
     err = _errors("opposite")
     assert err["fedavg"] > 0.4                       # one global model cannot serve y and -y
     assert err["weighted"] <= err["fedavg"] - 0.3
+
+
+def test_bad_input_is_named():
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="float labels must be \\+-1"):
+        ClientData(x, torch.tensor([0.0, 1.0, 1.0, 0.0]), x, torch.ones(4))
+    with pytest.raises(ValueError, match="one label per sample"):
+        ClientData(x, torch.ones(3), x, torch.ones(4))
+    with pytest.raises(ValueError, match="must be finite"):
+        ClientData(x * float("nan"), torch.ones(4), x, torch.ones(4))
+    with pytest.raises(ValueError, match="one logit per sample"):
+        error_rate(nn.Linear(3, 2), x, torch.ones(4))
+    model = nn.Linear(3, 1)                       # (n, 1) logits are read as (n,)
+    expected = float(((x @ model.weight.detach().T)[:, 0] + model.bias.detach() >= 0).float().mean())
+    assert error_rate(model, x, torch.ones(4)) == pytest.approx(1 - expected)
+    with pytest.raises(ValueError, match="weights must be a non-negative"):
+        mix_state_dicts([{"w": torch.ones(1)}] * 2, torch.tensor([[5.0, 5.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="sizes must be"):
+        sample_size_weights([float("nan"), 1])
+    with pytest.raises(ValueError, match="lr must be finite"):
+        federated_train(Linear(3), [ClientData(x, torch.ones(4), x, torch.ones(4))], rounds=0, local_steps=1,
+                        lr=float("nan"))
+    with pytest.raises(TypeError, match="callback must return a dict or None"):
+        federated_train(Linear(3), [ClientData(x, torch.ones(4), x, torch.ones(4))], rounds=1, local_steps=1,
+                        lr=0.1, callback=lambda r, m: 3)
+    with pytest.raises(FloatingPointError, match="diverged"):
+        local_train(Linear(3), x, torch.ones(4), steps=3, lr=0.1, loss=lambda out, y: out.sum() * float("nan"))

@@ -49,6 +49,10 @@ def test_client_signals_per_heterogeneity():
         client_signals(4, 4, 3.0, "mixed")
     with pytest.raises(ValueError, match="signal_norm must be > 0"):
         client_signals(4, 4, 0.0, "opposite")
+    with pytest.raises(ValueError, match="n_clients must be >= 2"):
+        client_signals(1, 4, 3.0, "opposite")
+    with pytest.raises(ValueError, match="d must be >= 3"):
+        client_signals(4, 2, 3.0, "orthogonal")
 
 
 def test_signal_noise_clients_is_seeded():
@@ -86,6 +90,10 @@ def test_digits_clients_split_each_client_into_disjoint_train_and_test():
     assert float(rows.min()) >= 0.0 and float(rows.max()) <= 1.0
     for c in data:
         assert c.y_test.shape[0] == round(0.25 * (c.num_examples + c.y_test.shape[0]))
+    # a large test fraction still leaves every client a training sample
+    assert min(c.num_examples for c in digits_clients(100, 0.5, test_fraction=0.9, seed=0)) >= 1
+    with pytest.raises(TypeError, match="seed must be an int"):
+        digits_clients(5, 0.5, seed=None)
 
 
 # ---- the two-layer CNN and its signal / noise coefficients ------------------------------------------------
@@ -132,6 +140,10 @@ def test_signal_learning_and_noise_memorisation_by_hand():
     assert noise_memorisation(model, noise, -y).tolist() == [0.0, 0.0]
     with pytest.raises(ValueError, match="one \\+-1 label per noise row"):
         noise_memorisation(model, noise, torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="mu must have the model's d=3 entries"):
+        signal_learning(model, torch.ones(4))
+    with pytest.raises(TypeError, match="model must be a TwoLayerCNN"):
+        signal_learning(torch.nn.Linear(3, 1), mu)
 
 
 def test_init_std_and_generator():
@@ -139,4 +151,4 @@ def test_init_std_and_generator():
     b = TwoLayerCNN(50, 4, init_std=0.1, generator=torch.Generator().manual_seed(3))
     assert torch.equal(a.weight, b.weight)
     assert float(a.weight.detach().std()) == pytest.approx(0.1, rel=0.15)
-    assert math.isclose(float(TwoLayerCNN(5, 2, init_std=0.0).weight.abs().sum()), 0.0)
+    assert math.isclose(float(TwoLayerCNN(5, 2, init_std=0.0).weight.detach().abs().sum()), 0.0)

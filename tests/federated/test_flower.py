@@ -47,3 +47,38 @@ def test_flower_simulation_matches_the_in_process_loop():
         torch.testing.assert_close(a.weight, b.weight, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="aggregation must be 'weighted' or 'fedavg'"):
         run_flower_simulation(model, data.clients, aggregation="local", **kwargs)
+
+
+def test_weighted_fedavg_orders_replies_by_partition_and_mixes_by_similarity():
+    pytest.importorskip("flwr")
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from iclr24.federated import WeightedFedAvg
+
+    TaskIdentity.run_id = TaskIdentity.node_id = TaskIdentity.task_id = 1     # what a running ServerApp sets
+    features = {0: [1.0, 0.0], 1: [1.0, 1.0], 2: [-1.0, 0.0]}                # the closed-form case of test_algorithms
+
+    def reply(partition, node):
+        content = RecordDict({"arrays": ArrayRecord({"w": torch.full((2,), float(partition))}),
+                              "metrics": MetricRecord({"num-examples": 4}),
+                              "client": ConfigRecord({"partition-id": partition, "features": features[partition]})})
+        request = Message(content=RecordDict(), dst_node_id=node, message_type="train")
+        return Message(content=content, reply_to=request)
+
+    strategy = WeightedFedAvg()
+    # arrival order 2, 0, 1 from nodes 30, 10, 20
+    global_arrays, _ = strategy.aggregate_train(1, [reply(2, 30), reply(0, 10), reply(1, 20)])
+    c = 2 ** -0.5
+    expected = torch.tensor([[1, c, 0], [c, 1, 0], [0, 0, 1]], dtype=torch.float64)
+    expected = expected / expected.sum(1, keepdim=True)
+    torch.testing.assert_close(strategy.weights, expected)
+    personal = strategy.personal_state_dicts()
+    for k in range(3):
+        torch.testing.assert_close(personal[k]["w"], torch.full((2,), float(expected[k] @ torch.arange(3.0).double())))
+    assert global_arrays.to_torch_state_dict()["w"].tolist() == [1.0, 1.0]    # the FedAvg mean, for reference
+    with pytest.raises(ValueError, match="needs each client to reply with a ConfigRecord 'client'"):
+        bare = Message(content=RecordDict({"arrays": ArrayRecord({"w": torch.zeros(2)}),
+                                           "metrics": MetricRecord({"num-examples": 4})}),
+                       reply_to=Message(content=RecordDict(), dst_node_id=5, message_type="train"))
+        WeightedFedAvg().aggregate_train(1, [bare])

@@ -31,18 +31,40 @@ AGGREGATIONS = ("local", "fedavg", "weighted")
 Loss = Callable[[Tensor, Tensor], Tensor]
 
 
+def _binary_logits(logits: Tensor, n: int) -> Tensor:
+    """``(n,)`` or ``(n, 1)`` logits as ``(n,)``; anything else would broadcast against the labels silently."""
+    if logits.dim() == 2 and logits.shape[1] == 1:
+        logits = logits[:, 0]
+    if logits.shape != (n,):
+        raise ValueError(f"with +-1 labels the model must output one logit per sample, shape ({n},) or ({n}, 1); "
+                         f"got {tuple(logits.shape)}")
+    return logits
+
+
 def default_loss(y: Tensor) -> Loss:
     """Logistic loss for +-1 float labels with one logit per sample; cross-entropy for class indices."""
     if y.is_floating_point():
-        return lambda logits, target: F.softplus(-target * logits).mean()
+        return lambda logits, target: F.softplus(-target * _binary_logits(logits, target.shape[0])).mean()
     return F.cross_entropy
+
+
+def _check_labels(x: Tensor, y: Tensor) -> None:
+    if not isinstance(y, Tensor) or y.dim() != 1 or y.shape[0] != x.shape[0] or y.shape[0] == 0:
+        shape = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+        raise ValueError(f"y must be a 1-D tensor with one label per sample of x ({x.shape[0]}), got {shape}")
+    if y.is_floating_point() and not bool(((y == 1) | (y == -1)).all()):
+        raise ValueError("float labels must be +-1 (use integer class indices for classes)")
 
 
 def error_rate(model: nn.Module, x: Tensor, y: Tensor) -> float:
     """Fraction of misclassified samples (sign of the logit for +-1 labels, argmax for class indices)."""
+    _check_labels(x, y)
     with torch.no_grad():
         out = model(x)
-    pred = torch.where(out >= 0, 1.0, -1.0) if y.is_floating_point() else out.argmax(dim=-1)
+    if y.is_floating_point():
+        pred = torch.where(_binary_logits(out, y.shape[0]) >= 0, 1.0, -1.0)
+    else:
+        pred = out.argmax(dim=-1)
     return float((pred != y).float().mean())
 
 
@@ -51,10 +73,16 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, *, steps: int, lr: float
     """``steps`` of full-batch gradient descent on ``loss(model(x), y)`` in place; returns the last loss."""
     steps = check_int("steps", steps, minimum=1)
     lr = check_number("lr", lr, minimum=0.0, exclusive=True)
+    _check_labels(x, y)
     loss = loss or default_loss(y)
     params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
     for _ in range(steps):
         value = loss(model(x), y)
+        if not torch.isfinite(value):
+            raise FloatingPointError(f"local training diverged (loss {float(value.detach())}); lower lr "
+                                     f"(got {lr:g})")
         grads = torch.autograd.grad(value, params)
         with torch.no_grad():
             for p, g in zip(params, grads):
@@ -63,14 +91,19 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, *, steps: int, lr: float
 
 
 def client_features(x: Tensor, y: Tensor, classes: Sequence) -> Tensor:
-    """``phi = [(1/n) sum_{i: y_i = c} x_i for c in classes]``, flattened: the label-weighted input mean.
+    """The label-weighted input mean, flattened: the feature whose similarity weighted FedAvg uses.
 
-    For +-1 labels and the signal patch this is the paper's estimate of ``mu_k`` up to sign blocks
-    (``[-mu_k/2, mu_k/2]``), so opposite signals have cosine -1 and orthogonal ones 0.
+    For +-1 float labels it is the paper's ``phi = (1/n) sum_i y_i x_i``, which on the signal patch is
+    exactly ``mu_k`` whatever the label balance, so same-signal clients have cosine 1, opposite ones -1 and
+    orthogonal ones 0. For class indices it is one block a class, ``[(1/n) sum_{i: y_i = c} x_i for c in
+    classes]`` (``classes``: every client's classes, in one order).
     """
-    x = check_tensor("x", x, min_ndim=1).flatten(1).to(torch.float64)
-    if y.shape[0] != x.shape[0]:
-        raise ValueError(f"x and y must have the same number of samples, got {x.shape[0]} and {y.shape[0]}")
+    x = check_tensor("x", x, min_ndim=2, shape_doc="(n, ...)").flatten(1).to(torch.float64)
+    _check_labels(x, y)
+    if y.is_floating_point():
+        return (x * y.to(x.dtype)[:, None]).mean(0)
+    if len(classes) == 0:
+        raise ValueError("classes must list at least one class")
     blocks = [(x * (y == c).to(x.dtype)[:, None]).sum(0) / x.shape[0] for c in classes]
     return torch.cat(blocks)
 
@@ -92,7 +125,8 @@ def similarity_weights(features: Tensor) -> Tensor:
 def sample_size_weights(sizes: Sequence[int]) -> Tensor:
     """FedAvg's ``A[k, k'] = n_k' / N`` for every row."""
     sizes_t = torch.as_tensor(list(sizes), dtype=torch.float64)
-    if sizes_t.ndim != 1 or sizes_t.numel() == 0 or bool((sizes_t <= 0).any()):
+    if sizes_t.ndim != 1 or sizes_t.numel() == 0 or not bool(torch.isfinite(sizes_t).all()) \
+            or bool((sizes_t <= 0).any()):
         raise ValueError(f"sizes must be a non-empty list of positive counts, got {list(sizes)}")
     return (sizes_t / sizes_t.sum()).expand(sizes_t.numel(), -1).clone()
 
@@ -101,12 +135,11 @@ def aggregation_weights(aggregation: str | Tensor, clients: Sequence[ClientData]
                         feature_fn: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """The ``(K, K)`` mixing matrix for ``"local"``, ``"fedavg"``, ``"weighted"`` or a given matrix."""
     k = len(clients)
+    for i, c in enumerate(clients):
+        if not isinstance(c, ClientData):
+            raise TypeError(f"clients[{i}] must be a ClientData, got {type(c).__name__}")
     if isinstance(aggregation, Tensor):
-        a = check_tensor("aggregation", aggregation, ndim=2).to(torch.float64)
-        if a.shape != (k, k) or bool((a < 0).any()) or not torch.allclose(a.sum(1), torch.ones(k, dtype=a.dtype)):
-            raise ValueError(f"aggregation must be a non-negative ({k}, {k}) matrix whose rows sum to 1, "
-                             f"got shape {tuple(a.shape)}")
-        return a
+        return _check_mixing("aggregation", aggregation, k)
     if aggregation == "local":
         return torch.eye(k, dtype=torch.float64)
     if aggregation == "fedavg":
@@ -114,16 +147,33 @@ def aggregation_weights(aggregation: str | Tensor, clients: Sequence[ClientData]
     if aggregation == "weighted":
         feature_fn = feature_fn or (lambda x: x)
         classes = torch.unique(torch.cat([c.y for c in clients])).tolist()
-        return similarity_weights(torch.stack([client_features(feature_fn(c.x), c.y, classes) for c in clients]))
+        features = [client_features(feature_fn(c.x), c.y, classes) for c in clients]
+        if len({f.shape for f in features}) > 1:
+            raise ValueError("every client's features must have the same size; got "
+                             f"{sorted({tuple(f.shape) for f in features})}")
+        return similarity_weights(torch.stack(features))
     raise ValueError(f"aggregation must be one of {AGGREGATIONS} or a (K, K) tensor, got {aggregation!r}")
+
+
+def _check_mixing(name: str, weights, k: int) -> Tensor:
+    a = check_tensor(name, weights, ndim=2).to(torch.float64)
+    if a.shape != (k, k) or bool((a < 0).any()) or not torch.allclose(a.sum(1), torch.ones(k, dtype=a.dtype)):
+        raise ValueError(f"{name} must be a non-negative ({k}, {k}) matrix whose rows sum to 1, "
+                         f"got shape {tuple(a.shape)}")
+    return a
 
 
 def mix_state_dicts(states: Sequence[dict[str, Tensor]], weights: Tensor) -> list[dict[str, Tensor]]:
     """``out[k][name] = sum_k' weights[k, k'] * states[k'][name]`` for floating-point entries; other entries
-    (e.g. BatchNorm's step counter) are taken from client k unchanged."""
+    (e.g. BatchNorm's step counter) are taken from client k unchanged. ``weights`` is row-stochastic."""
     k = len(states)
-    if weights.shape != (k, k):
-        raise ValueError(f"weights must be ({k}, {k}) for {k} states, got {tuple(weights.shape)}")
+    if k == 0:
+        raise ValueError("states must hold at least one state dict")
+    weights = _check_mixing("weights", weights, k)
+    keys = set(states[0])
+    for i, state in enumerate(states):
+        if set(state) != keys:
+            raise ValueError(f"states[{i}] has keys {sorted(set(state) ^ keys)} that states[0] does not share")
     out: list[dict[str, Tensor]] = [{} for _ in range(k)]
     for name, first in states[0].items():
         if not first.is_floating_point():
@@ -166,10 +216,14 @@ def federated_train(
     ``"local"``, ``"fedavg"``, ``"weighted"`` (similarity of ``client_features(feature_fn(x), y)``) or a
     row-stochastic ``(K, K)`` tensor. ``callback(round, models)`` may return a dict of measurements.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     clients = list(clients)
     if not clients:
         raise ValueError("clients must hold at least one client")
     rounds = check_int("rounds", rounds, minimum=0)
+    check_int("local_steps", local_steps, minimum=1)
+    check_number("lr", lr, minimum=0.0, exclusive=True)
     weights = aggregation_weights(aggregation, clients, feature_fn=feature_fn)
     models = [copy.deepcopy(model) for _ in clients]
     run = FederatedRun(models, weights)
@@ -177,6 +231,8 @@ def federated_train(
     def record(r: int) -> None:
         if callback is not None:
             out = callback(r, models)
+            if out is not None and not isinstance(out, dict):
+                raise TypeError(f"callback must return a dict or None, got {type(out).__name__}")
             if out is not None:
                 run.history.append({"round": r, **out})
 

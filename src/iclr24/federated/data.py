@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from iclr24.core import check_int, check_number
+from iclr24.core import check_int, check_number, check_tensor
 
 __all__ = ["HETEROGENEITY", "ClientData", "FederatedData", "client_signals", "digits_clients",
            "dirichlet_partition", "signal_noise_clients"]
@@ -31,6 +31,21 @@ class ClientData:
     y: Tensor
     x_test: Tensor
     y_test: Tensor
+
+    def __post_init__(self) -> None:
+        for xs, ys, split in ((self.x, self.y, "train"), (self.x_test, self.y_test, "test")):
+            names = ("x", "y") if split == "train" else ("x_test", "y_test")
+            for name, t in zip(names, (xs, ys)):
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"ClientData.{name} must be a torch.Tensor, got {type(t).__name__}")
+            check_tensor(f"ClientData.{names[0]}", xs, min_ndim=2, shape_doc="(n, ...)")
+            check_tensor(f"ClientData.{names[1]}", ys, ndim=1, shape_doc="(n,)")
+            if xs.shape[0] != ys.shape[0] or xs.shape[0] == 0:
+                raise ValueError(f"ClientData {split} split needs one label per sample and at least one sample, "
+                                 f"got {xs.shape[0]} samples and {ys.shape[0]} labels")
+            if ys.is_floating_point() and not bool(((ys == 1) | (ys == -1)).all()):
+                raise ValueError(f"ClientData.{names[1]}: float labels must be +-1 (use integer class indices for "
+                                 f"classes), got values {sorted(set(ys.unique().tolist()))[:5]}")
 
     @property
     def num_examples(self) -> int:
@@ -65,6 +80,11 @@ def client_signals(n_clients: int, d: int, signal_norm: float, heterogeneity: st
     signal_norm = check_number("signal_norm", signal_norm, minimum=0.0, exclusive=True)
     if heterogeneity not in HETEROGENEITY:
         raise ValueError(f"heterogeneity must be one of {HETEROGENEITY}, got {heterogeneity!r}")
+    if heterogeneity != "homogeneous" and n_clients < 2:
+        raise ValueError(f"heterogeneity={heterogeneity!r} splits the clients in two groups: n_clients must be >= 2, "
+                         f"got {n_clients}")
+    if heterogeneity == "orthogonal" and d < 3:
+        raise ValueError(f"orthogonal signals use two axes and the noise needs a third: d must be >= 3, got {d}")
     signals = torch.zeros(n_clients, d)
     second_half = torch.arange(n_clients) >= (n_clients + 1) // 2
     if heterogeneity == "orthogonal":
@@ -93,10 +113,12 @@ def signal_noise_clients(
     Patch 0 is the signal ``y * mu_k``, patch 1 the noise ``xi``, orthogonal to every client's signal.
     """
     n_train = check_int("n_train", n_train, minimum=1)
+    seed = check_int("seed", seed)
     n_test = check_int("n_test", n_test, minimum=1)
     noise_std = check_number("noise_std", noise_std, minimum=0.0, exclusive=True)
     signals = client_signals(n_clients, d, signal_norm, heterogeneity)
-    basis = torch.linalg.qr(signals.T.double()).Q[:, : int(torch.linalg.matrix_rank(signals))].float()
+    u, singular, _ = torch.linalg.svd(signals.T.double(), full_matrices=False)
+    basis = u[:, singular > singular.max() * 1e-9].float()        # an orthonormal basis of the signals' span
     generator = torch.Generator().manual_seed(seed)
 
     def sample(mu: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -124,6 +146,9 @@ def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int = 0,
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:
         raise ValueError(f"labels must be a non-empty 1-D array, got shape {labels.shape}")
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        raise ValueError("labels must be finite, found NaN/inf entries")
+    seed = check_int("seed", seed)
     n_clients = check_int("n_clients", n_clients, minimum=1)
     alpha = check_number("alpha", alpha, minimum=0.0, exclusive=True)
     min_size = check_int("min_size", min_size, minimum=0)
@@ -152,6 +177,7 @@ def digits_clients(n_clients: int = 10, alpha: float = 0.5, *, test_fraction: fl
     from sklearn.datasets import load_digits
 
     test_fraction = check_number("test_fraction", test_fraction, minimum=0.0, exclusive=True, maximum=0.9)
+    seed = check_int("seed", seed)
     digits = load_digits()
     x = torch.as_tensor(digits.data, dtype=torch.float32) / 16.0
     y = torch.as_tensor(digits.target, dtype=torch.long)
@@ -159,7 +185,7 @@ def digits_clients(n_clients: int = 10, alpha: float = 0.5, *, test_fraction: fl
     clients = []
     for part in dirichlet_partition(digits.target, n_clients, alpha, seed=seed, min_size=4):
         part = rng.permutation(part)
-        n_test = max(1, int(round(test_fraction * part.size)))
+        n_test = min(max(1, int(round(test_fraction * part.size))), part.size - 1)   # keep a training sample
         test, train = torch.as_tensor(part[:n_test]), torch.as_tensor(part[n_test:])
         clients.append(ClientData(x[train], y[train], x[test], y[test]))
     return FederatedData(clients)

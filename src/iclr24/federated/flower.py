@@ -127,7 +127,16 @@ def make_client_app(model: nn.Module, clients: Sequence[ClientData], *, local_st
     feature ``phi_k`` (over the classes of all clients) for ``WeightedFedAvg``. ``evaluate`` replies with
     the test error on the client's own test set.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     clients = list(clients)
+    if not clients:
+        raise ValueError("clients must hold at least one client")
+    for i, c in enumerate(clients):
+        if not isinstance(c, ClientData):
+            raise TypeError(f"clients[{i}] must be a ClientData, got {type(c).__name__}")
+    check_int("local_steps", local_steps, minimum=1)
+    check_number("lr", lr, minimum=0.0, exclusive=True)
     classes = torch.unique(torch.cat([c.y for c in clients])).tolist()
     feature_fn = feature_fn or (lambda x: x)
     app = ClientApp()
@@ -216,10 +225,14 @@ def run_flower_simulation(
     clients = list(clients)
     n = check_int("len(clients)", len(clients), minimum=1)
     rounds = check_int("rounds", rounds, minimum=1)
-    check_int("local_steps", local_steps, minimum=1)
-    check_number("lr", lr, minimum=0.0, exclusive=True)
     if aggregation not in ("weighted", "fedavg"):
         raise ValueError(f"aggregation must be 'weighted' or 'fedavg' in a Flower run, got {aggregation!r}")
+    app = make_client_app(model, clients, local_steps=local_steps, lr=lr, loss=loss, feature_fn=feature_fn)
+    # fail here, not inside a Ray actor, when the model does not fit the data
+    error_rate(copy.deepcopy(model), clients[0].x[:1], clients[0].y[:1])
+    if aggregation == "weighted":
+        client_features((feature_fn or (lambda x: x))(clients[0].x), clients[0].y,
+                        torch.unique(torch.cat([c.y for c in clients])).tolist())
     # every client takes part in every round, as in the in-process loop
     sampling = dict(min_train_nodes=n, min_evaluate_nodes=n if evaluate else 0, min_available_nodes=n,
                     fraction_evaluate=1.0 if evaluate else 0.0)
@@ -241,7 +254,6 @@ def run_flower_simulation(
     backend_config = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                       "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1, "log_to_driver": not quiet,
                                     "include_dashboard": False}}
-    app = make_client_app(model, clients, local_steps=local_steps, lr=lr, loss=loss, feature_fn=feature_fn)
     # quiet: Flower's per-round log and its notice that run_simulation is deprecated in favour of `flwr run`
     with _flower_log_level(level), warnings.catch_warnings():
         if quiet:
