@@ -21,4 +21,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "aid",
     "loqa",
     "federated",
+    "selfcontradiction",
 )

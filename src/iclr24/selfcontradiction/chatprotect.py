@@ -1,0 +1,334 @@
+"""ChatProtect: trigger, detect and mitigate self-contradictions of a language model.
+
+Trigger (Section 3 of the paper): for each sentence of a generated text, take its (subject; predicate;
+object) triples and have the generator write another sentence in the same context about (subject;
+predicate; _). Two sentences about the same thing that cannot both be true are a self-contradiction: at
+least one of them is a hallucination, found without any external knowledge.
+Detect: the analyser explains whether the pair contradicts, then answers Yes/No ``n_votes`` times at
+temperature 1; the score is the fraction of Yes. With a backend that gives next-token log-probabilities, a
+single pass reads P(Yes) instead.
+Mitigate: a flagged sentence is rewritten to drop the conflicting information and keep the rest (removed
+when nothing is left); up to ``max_rounds`` passes over the whole text, stopping when no sentence is
+flagged; in the last pass whatever is still flagged is removed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from iclr24.core import check_int, check_number
+from iclr24.selfcontradiction.sentences import Triple, parse_triples, rule_based_triple, split_sentences
+
+__all__ = ["ChatProtect", "ContradictionDetector", "Detection", "ProtectReport", "SentenceCheck", "Trigger",
+           "yes_probability"]
+
+ALTERNATIVE_PROMPT = """Here is the beginning of a text written in answer to: {prompt}
+
+{prefix}
+
+Write the next sentence of the text. It must say something about the subject below, starting with the
+subject and the predicate.
+Subject: {subject}
+Predicate: {predicate}
+Next sentence:"""
+
+TRIPLES_PROMPT = """Extract the facts of the sentence as (subject; predicate; object) triples, one per line.
+
+Sentence: The Eiffel Tower was completed in 1889 and is 330 metres tall.
+(The Eiffel Tower; was completed in; 1889)
+(The Eiffel Tower; is; 330 metres tall)
+
+Sentence: {sentence}
+"""
+
+EXPLAIN_PROMPT = """Context: {context}
+Statement 1: {a}
+Statement 2: {b}
+Can both statements be true at the same time, given the context? Explain briefly, step by step."""
+
+CONCLUDE_PROMPT = "Do the two statements contradict each other? Answer Yes or No."
+
+REVISE_PROMPT = """Here is the beginning of a text written in answer to: {prompt}
+
+{prefix}
+
+The next sentence was:
+Sentence: {sentence}
+It conflicts with this statement:
+Conflicting statement: {alternative}
+Rewrite the sentence so that it keeps all the information that is not in conflict and drops the
+conflicting information. If nothing is left, answer NONE.
+Rewritten sentence:"""
+
+_YES, _NO = re.compile(r"\byes\b", re.IGNORECASE), re.compile(r"\bno\b", re.IGNORECASE)
+
+
+def as_chat(prompt) -> list[dict[str, str]]:
+    """A prompt as chat messages (a string becomes one user message), so instruction-tuned models reply as
+    assistants."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """True when the reply says Yes and not No, False for No and not Yes, None for both or neither (the
+    authors' rule; a None vote counts as No)."""
+    yes, no = bool(_YES.search(text)), bool(_NO.search(text))
+    return None if yes == no else yes
+
+
+def yes_probability(llm, prompt) -> float:
+    """P(Yes) / (P(Yes) + P(No)) for the reply to ``prompt``, in one pass.
+
+    Backends with the full next-token distribution are read directly (over the first token of ``Yes`` and
+    `` Yes``, and likewise for No); others generate one greedy token with its log-probability, and a reply
+    that is neither Yes nor No gives 0.5.
+    """
+    caps = getattr(llm, "capabilities", None)
+    if caps is not None and caps.full_logits:
+        from iclr24.llm import format_chat
+
+        messages = as_chat(prompt)
+        text = format_chat(llm, messages) or "\n".join(m["content"] for m in messages)
+        logprobs = llm.next_token_logprobs(llm.tokenize(text))
+
+        def first_ids(word: str) -> set[int]:
+            return {ids[0] for ids in (llm.tokenize(word), llm.tokenize(" " + word)) if ids}
+
+        # a token both answers start with (a lone space, for character-level tokenizers) decides nothing
+        yes_ids, no_ids = first_ids("Yes"), first_ids("No")
+        yes = sum(math.exp(float(logprobs[i])) for i in yes_ids - no_ids)
+        no = sum(math.exp(float(logprobs[i])) for i in no_ids - yes_ids)
+        return yes / (yes + no) if yes + no > 0 else 0.5
+    reply = llm.generate(as_chat(prompt), max_tokens=3, temperature=0.0, logprobs=True)[0]
+    answer = parse_yes_no(reply.text)
+    p_first = math.exp(reply.logprobs[0]) if reply.logprobs else 1.0
+    if answer is None:
+        return 0.5
+    return p_first if answer else 1.0 - p_first
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The analyser's verdict on one pair: ``score`` in [0, 1] (fraction of Yes votes, or P(Yes))."""
+
+    score: float
+    explanation: str = ""
+    votes: tuple[bool | None, ...] = ()
+    method: str = "votes"
+
+    @property
+    def unparsed(self) -> int:
+        return sum(v is None for v in self.votes)
+
+
+class ContradictionDetector:
+    """The paper's detector: explanation first, then ``n_votes`` sampled Yes/No conclusions.
+
+    ``mode="logprob"`` reads P(Yes) after the explanation in one pass instead of sampling; ``explain=False``
+    skips the explanation (cheaper, usually weaker). Unparseable votes count as No.
+    """
+
+    def __init__(self, analyzer, *, n_votes: int = 10, mode: str = "votes", explain: bool = True,
+                 explanation_tokens: int = 160, seed: int = 0) -> None:
+        if mode not in ("votes", "logprob"):
+            raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
+        self.analyzer, self.mode, self.explain, self.seed = analyzer, mode, explain, seed
+        self.n_votes = check_int("n_votes", n_votes, minimum=1)
+        self.explanation_tokens = check_int("explanation_tokens", explanation_tokens, minimum=1)
+        self.calls = 0
+
+    def detect(self, context: str, a: str, b: str) -> Detection:
+        if " ".join(a.split()).lower() == " ".join(b.split()).lower():
+            return Detection(0.0, "the statements are identical", (), "identical")    # no call needed
+        question = {"role": "user", "content": EXPLAIN_PROMPT.format(context=context.strip() or "(none)",
+                                                                     a=a.strip(), b=b.strip())}
+        explanation = ""
+        if self.explain:
+            explanation = self.analyzer.generate([question], max_tokens=self.explanation_tokens,
+                                                 temperature=0.0)[0].text
+            self.calls += 1
+        # the explanation is the analyser's own turn; the conclusion is asked for in a new one
+        conclude = [question, *([{"role": "assistant", "content": explanation.strip()}] if explanation.strip()
+                                else []), {"role": "user", "content": CONCLUDE_PROMPT}]
+        self.calls += 1
+        if self.mode == "logprob":
+            return Detection(yes_probability(self.analyzer, conclude), explanation, (), "logprob")
+        replies = self.analyzer.generate(conclude, max_tokens=5, temperature=1.0, n=self.n_votes,
+                                         seed=self.seed + self.calls)
+        votes = tuple(parse_yes_no(r.text) for r in replies)
+        return Detection(sum(v is True for v in votes) / len(votes), explanation, votes, "votes")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """A sentence, one of its triples, and the alternative the generator wrote for (subject; predicate; _)."""
+
+    index: int
+    sentence: str
+    prefix: str
+    triple: Triple
+    alternative: str
+
+
+@dataclass(frozen=True)
+class SentenceCheck:
+    """One checked pair and what mitigation did with its sentence: kept, revised or removed."""
+
+    round: int
+    trigger: Trigger
+    detection: Detection
+    flagged: bool
+    action: str = "kept"
+    revision: str = ""
+
+
+@dataclass
+class ProtectReport:
+    """The text before and after, the rounds run, and every check with its action."""
+
+    prompt: str
+    original: str
+    text: str
+    rounds: int = 0
+    checks: list[SentenceCheck] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> list[SentenceCheck]:
+        return [c for c in self.checks if c.flagged]
+
+    def contradiction_rate(self, round: int = 1) -> float:
+        """Fraction of the sentences checked in ``round`` with at least one flagged pair."""
+        checked = {c.trigger.index for c in self.checks if c.round == round}
+        flagged = {c.trigger.index for c in self.checks if c.round == round and c.flagged}
+        return len(flagged) / len(checked) if checked else 0.0
+
+
+class ChatProtect:
+    """Trigger, detect and mitigate self-contradictions of ``generator`` (a ``LanguageModel``).
+
+    ``analyzer`` judges the pairs (default: the generator itself, one model in both roles) and ``reviser``
+    rewrites flagged sentences (default: the analyser, as in the authors' code); ``detector`` replaces the
+    paper's detector (e.g. ``SelfCheckDetector``). Triples come from ``triples="rule"``
+    (``rule_based_triple``, one a sentence) or ``"llm"`` (the generator, few-shot). A pair is flagged when
+    its score is > ``threshold`` (strictly, as the authors flag more than half of the votes).
+
+    Mitigation: each pass checks the whole text; every flagged triple of a sentence is revised in turn,
+    each revision applied to the last, and the sentence goes when a revision leaves nothing (NONE). The
+    last of ``max_rounds`` passes removes what is still flagged, and a clean pass stops early. The authors'
+    code runs three revising passes and a removing one: ``max_rounds=4``. ``drop_when_all_flagged`` removes
+    a sentence with more than one triple, all flagged, without asking (their shortcut).
+    """
+
+    def __init__(self, generator, analyzer=None, *, reviser=None, n_votes: int = 10, threshold: float = 0.5,
+                 detector=None, triples: str = "rule", max_rounds: int = 3, drop_when_all_flagged: bool = True,
+                 alternative_temperature: float = 0.0, alternative_tokens: int = 60, seed: int = 0) -> None:
+        if triples not in ("rule", "llm"):
+            raise ValueError(f"triples must be 'rule' or 'llm', got {triples!r}")
+        self.generator = generator
+        self.detector = detector or ContradictionDetector(analyzer or generator, n_votes=n_votes, seed=seed)
+        self.reviser = reviser or analyzer or generator
+        self.threshold = check_number("threshold", threshold, minimum=0.0, maximum=1.0)
+        self.triple_source = triples
+        self.max_rounds = check_int("max_rounds", max_rounds, minimum=1)
+        self.drop_when_all_flagged = bool(drop_when_all_flagged)
+        self.alternative_temperature = check_number("alternative_temperature", alternative_temperature,
+                                                    minimum=0.0)
+        self.alternative_tokens = check_int("alternative_tokens", alternative_tokens, minimum=1)
+        self.seed = seed
+        self.generator_calls = 0
+
+    # -- trigger ---------------------------------------------------------------------------------------------
+    def triples(self, sentence: str) -> list[Triple]:
+        if self.triple_source == "llm":
+            reply = self._generate(TRIPLES_PROMPT.format(sentence=sentence), max_tokens=120)
+            found = parse_triples(reply)
+            if found:
+                return found
+        triple = rule_based_triple(sentence)
+        return [triple] if triple else []
+
+    def alternative(self, prompt: str, prefix: str, triple: Triple) -> str:
+        reply = self._generate(ALTERNATIVE_PROMPT.format(prompt=prompt, prefix=prefix or "(the text starts here)",
+                                                         subject=triple.subject, predicate=triple.predicate),
+                               max_tokens=self.alternative_tokens, temperature=self.alternative_temperature)
+        sentences = split_sentences(reply.strip())
+        return sentences[0] if sentences else ""
+
+    def trigger(self, prompt: str, text: str) -> list[Trigger]:
+        sentences = split_sentences(text)
+        out = []
+        for i, sentence in enumerate(sentences):
+            prefix = " ".join(sentences[:i])
+            for triple in self.triples(sentence):
+                out.append(Trigger(i, sentence, prefix, triple, self.alternative(prompt, prefix, triple)))
+        return out
+
+    # -- detect ----------------------------------------------------------------------------------------------
+    def detect(self, context: str, a: str, b: str) -> Detection:
+        return self.detector.detect(context, a, b)
+
+    def check(self, prompt: str, text: str, round: int = 1) -> list[SentenceCheck]:
+        checks = []
+        for trig in self.trigger(prompt, text):
+            if not trig.alternative:
+                continue
+            detection = self.detect(" ".join(filter(None, (prompt, trig.prefix))), trig.sentence, trig.alternative)
+            checks.append(SentenceCheck(round, trig, detection, detection.score > self.threshold))
+        return checks
+
+    # -- mitigate --------------------------------------------------------------------------------------------
+    def mitigate(self, prompt: str, text: str) -> ProtectReport:
+        report = ProtectReport(prompt, text, text)
+        for r in range(1, self.max_rounds + 1):
+            checks = self.check(prompt, report.text, round=r)
+            report.rounds = r
+            by_sentence: dict[int, list[SentenceCheck]] = {}
+            for c in checks:
+                by_sentence.setdefault(c.trigger.index, []).append(c)
+            if not any(c.flagged for c in checks):
+                report.checks.extend(checks)
+                break
+            sentences = split_sentences(report.text)
+            for index, group in by_sentence.items():
+                flagged = [c for c in group if c.flagged]
+                if flagged:
+                    remove = r == self.max_rounds or (self.drop_when_all_flagged and len(group) > 1
+                                                      and len(flagged) == len(group))
+                    sentence = "" if remove else group[0].trigger.sentence
+                    for c in flagged:                       # one revision per conflict, each on the last
+                        if not sentence:
+                            break
+                        sentence = self.revise(prompt, c.trigger, sentence)
+                    sentences[index] = sentence
+                    group = [SentenceCheck(c.round, c.trigger, c.detection, True,
+                                           "revised" if sentence else "removed", sentence) if c.flagged else c
+                             for c in group]
+                report.checks.extend(group)
+            report.text = " ".join(s for s in sentences if s)
+            if not report.text:
+                break
+        return report
+
+    def revise(self, prompt: str, trig: Trigger, sentence: str | None = None) -> str:
+        """The reviser's rewrite of ``sentence`` (default ``trig.sentence``) without what conflicts with
+        ``trig.alternative`` ("" when it answers NONE or nothing is left)."""
+        text = REVISE_PROMPT.format(prompt=prompt, prefix=trig.prefix or "(the text starts here)",
+                                    sentence=sentence or trig.sentence, alternative=trig.alternative)
+        reply = self.reviser.generate(as_chat(text), max_tokens=self.alternative_tokens, temperature=0.0)[0].text
+        sentences = split_sentences(reply.strip())
+        if not sentences or sentences[0].strip(" .").upper() == "NONE":
+            return ""
+        return sentences[0]
+
+    def protect(self, prompt: str, *, max_tokens: int = 200) -> ProtectReport:
+        """Generate an answer to ``prompt`` and return it checked and mitigated."""
+        return self.mitigate(prompt, self._generate(prompt, max_tokens=max_tokens).strip())
+
+    def _generate(self, prompt: str, *, max_tokens: int, temperature: float = 0.0) -> str:
+        self.generator_calls += 1
+        return self.generator.generate(as_chat(prompt), max_tokens=max_tokens, temperature=temperature,
+                                       seed=self.seed + self.generator_calls)[0].text
+
+

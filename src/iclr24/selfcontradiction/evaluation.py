@@ -1,0 +1,106 @@
+"""The labelled sentence pairs, a SelfCheckGPT-style baseline detector, and precision / recall / F1.
+
+``load_pairs()``: 110 pairs written for this project: 55 fictional contexts, each with a sentence, a
+contradictory alternative and a consistent one (a paraphrase, or the same fact in other words). Fictional
+entities keep a model's own knowledge out of the judgement, as the paper's own test set does by pairing
+sentences the model itself generated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+from iclr24.core import check_int
+from iclr24.selfcontradiction.chatprotect import Detection, as_chat, parse_yes_no, yes_probability
+
+__all__ = ["LabelledPair", "SelfCheckDetector", "load_pairs", "precision_recall_f1", "score_pairs"]
+
+
+@dataclass(frozen=True)
+class LabelledPair:
+    id: str
+    context: str
+    a: str
+    b: str
+    contradictory: bool
+
+
+def load_pairs() -> list[LabelledPair]:
+    """The bundled labelled pairs (``data/pairs.jsonl``)."""
+    text = resources.files("iclr24.selfcontradiction").joinpath("data/pairs.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [LabelledPair(r["id"], r["context"], r["a"], r["b"], r["label"] == "contradictory") for r in rows]
+
+
+SELFCHECK_PROMPT = """Context: {sample}
+Sentence: {sentence}
+Is the sentence supported by the context above? Answer Yes or No.
+Answer:"""
+
+
+class SelfCheckDetector:
+    """SelfCheckGPT's idea as a pair detector: the alternative is a sample, and the score is how little it
+    supports the sentence.
+
+    With an ``analyzer`` it is SelfCheckGPT's prompt variant: "is the sentence supported by the sample?",
+    ``n_votes`` sampled answers (score = fraction of No) or, with ``mode="logprob"``, 1 - P(Yes). Without one
+    it is a model-free reference: 1 - the word-overlap F1 of the two sentences (not SelfCheckGPT's unigram
+    variant, which scores with a unigram language model).
+    Same ``detect(context, a, b)`` interface as ``ContradictionDetector``.
+    """
+
+    def __init__(self, analyzer=None, *, n_votes: int = 10, mode: str = "votes", seed: int = 0) -> None:
+        if mode not in ("votes", "logprob"):
+            raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
+        self.analyzer, self.mode, self.seed = analyzer, mode, seed
+        self.n_votes = check_int("n_votes", n_votes, minimum=1)
+        self.calls = 0
+
+    def detect(self, context: str, a: str, b: str) -> Detection:
+        if self.analyzer is None:
+            return Detection(1.0 - _overlap_f1(a, b), method="word-overlap")
+        prompt = SELFCHECK_PROMPT.format(sample=b.strip(), sentence=a.strip())
+        self.calls += 1
+        if self.mode == "logprob":
+            return Detection(1.0 - yes_probability(self.analyzer, prompt), method="selfcheck-logprob")
+        replies = self.analyzer.generate(as_chat(prompt), max_tokens=5, temperature=1.0, n=self.n_votes,
+                                         seed=self.seed + self.calls)
+        votes = tuple(parse_yes_no(r.text) for r in replies)
+        # a vote of No (not supported) is a vote for inconsistency; unparseable votes count as supported
+        return Detection(sum(v is False for v in votes) / len(votes), "", votes, "selfcheck-votes")
+
+
+def _overlap_f1(a: str, b: str) -> float:
+    wa, wb = (set(w.strip(".,;:!?\"'").lower() for w in s.split()) - {""} for s in (a, b))
+    common = len(wa & wb)
+    if not common:
+        return 0.0
+    precision, recall = common / len(wb), common / len(wa)
+    return 2 * precision * recall / (precision + recall)
+
+
+def score_pairs(detector, pairs: Sequence[LabelledPair], progress=None) -> list[float]:
+    """``detector.detect(context, a, b).score`` for every pair (``progress``: a callback after each)."""
+    scores = []
+    for pair in pairs:
+        scores.append(detector.detect(pair.context, pair.a, pair.b).score)
+        if progress is not None:
+            progress()
+    return scores
+
+
+def precision_recall_f1(scores: Sequence[float], labels: Sequence[bool], threshold: float) -> tuple[float, ...]:
+    """Precision, recall and F1 of flagging ``score > threshold`` as contradictory (0 where undefined)."""
+    if len(scores) != len(labels):
+        raise ValueError(f"scores and labels must have the same length, got {len(scores)} and {len(labels)}")
+    flagged = [s > threshold for s in scores]
+    tp = sum(f and y for f, y in zip(flagged, labels))
+    fp = sum(f and not y for f, y in zip(flagged, labels))
+    fn = sum(not f and y for f, y in zip(flagged, labels))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1

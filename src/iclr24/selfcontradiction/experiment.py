@@ -1,0 +1,262 @@
+"""Reproduction of the self-contradiction paper's claims: detection with the configured model (``--llm``),
+and the trigger / detect / mitigate arithmetic with SIMULATED models over fictional entities.
+
+Detection: the bundled labelled pairs, scored by ChatProtect's detector (explanation, then sampled Yes/No
+votes) on the first ``vote_pairs`` pairs, by its single-pass P(Yes) variant and by the SelfCheckGPT-style
+baseline (prompt and unigram variants) on all of them. Pipeline: a simulated generator describes fictional
+places (known facts stated the same way each time, unknown ones sampled) and a simulated analyser with a set
+error rate judges the pairs; ChatProtect triggers, detects and mitigates, and the ground truth scores it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.selfcontradiction.chatprotect import ChatProtect, ContradictionDetector  # noqa: E402
+from iclr24.selfcontradiction.evaluation import (  # noqa: E402
+    SelfCheckDetector,
+    load_pairs,
+    precision_recall_f1,
+    score_pairs,
+)
+from iclr24.selfcontradiction.sentences import split_sentences  # noqa: E402
+from iclr24.selfcontradiction.simulation import (  # noqa: E402
+    ATTRIBUTES,
+    FictionalWorld,
+    SimulatedAnalyzer,
+    SimulatedGenerator,
+)
+
+PAPER = ("Self-contradictory Hallucinations of Large Language Models: Evaluation, Detection and Mitigation "
+         "(Mündler, He, Jenko, Vechev; ICLR 2024)")
+CLAIM_DETECT = ("the prompted detector finds self-contradictions with high precision and recall (a capable "
+                "analyser such as ChatGPT is needed; the embedded 135M model is reported as measured)")
+CLAIM_RATE = "SIMULATED: the triggered pipeline measures the generator's self-contradiction rate"
+CLAIM_MITIGATE = "SIMULATED: iterative mitigation removes contradictions while keeping the consistent facts"
+PROMPTS = ("Please tell me about the Eiffel Tower.", "Please tell me about the river Thames.")
+
+
+@dataclass(frozen=True)
+class Config:
+    # the simulated pipeline
+    entities: int = 100
+    known_fraction: float = 0.8
+    analyzer_error: float = 0.05
+    elaborate: float = 0.5        # sentences with an extra clause: same fact, other words
+    revision_error: float = 0.1   # revisions that restate a hallucinated value instead of dropping it
+    n_votes: int = 10
+    threshold: float = 0.5
+    max_rounds: int = 3
+    # the configured model (--llm)
+    llm_pairs: int = 110          # pairs scored by the single-pass detectors
+    vote_pairs: int = 10          # pairs scored by the explanation + votes detector (~7 s a pair, embedded)
+    llm_votes: int = 5
+    explanation_tokens: int = 80
+    plumbing_prompts: int = 1     # real-model protect() runs, end to end
+    plumbing_tokens: int = 60     # length of the text protect() checks
+    allow_zero = ("llm_pairs", "vote_pairs", "plumbing_prompts")
+
+    def __post_init__(self) -> None:
+        if self.entities < 1 or self.n_votes < 1 or self.max_rounds < 1 or self.llm_votes < 1:
+            raise ValueError("entities, n_votes, max_rounds and llm_votes must be >= 1")
+        for name in ("known_fraction", "analyzer_error", "elaborate", "revision_error", "threshold"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if min(self.llm_pairs, self.vote_pairs, self.plumbing_prompts) < 0:
+            raise ValueError("llm_pairs, vote_pairs and plumbing_prompts must be >= 0")
+        if self.llm_pairs == 0 and self.vote_pairs == 0:
+            raise ValueError("the detection claim needs labelled pairs: llm_pairs or vote_pairs must be >= 1")
+
+
+PRESETS = {
+    "smoke": Config(entities=5, llm_pairs=4, vote_pairs=0, plumbing_prompts=0),
+    "quick": Config(),
+    "paper": Config(entities=300, vote_pairs=110, llm_votes=10, explanation_tokens=160, plumbing_prompts=2,
+                    plumbing_tokens=200),
+}
+
+
+def _simulate(cfg: Config, seed: int) -> dict:
+    world = FictionalWorld(cfg.entities, cfg.known_fraction, seed=seed)
+    generator = SimulatedGenerator(world, seed=seed, elaborate=cfg.elaborate, revision_error=cfg.revision_error)
+    analyzer = SimulatedAnalyzer(world, cfg.analyzer_error, seed=seed)
+    # the simulated analyser only judges; the generator, which knows its facts, rewrites
+    protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=cfg.n_votes, threshold=cfg.threshold,
+                          max_rounds=cfg.max_rounds, seed=seed)
+    checked = flagged = contradictory = removed = caught = caught_removed = known = kept = hits = 0
+    rounds = []
+    for entity in world.entities:
+        prompt = f"Please tell me about {entity}."
+        report = protect.protect(prompt)
+        rounds.append(report.rounds)
+        # what the mitigated text still states, fact by fact
+        stated: dict = {}
+        for sentence in split_sentences(report.text):
+            parsed = world.parse(sentence)
+            if parsed is not None:
+                stated.setdefault(parsed[0], set()).add(parsed[1])
+        for check in (c for c in report.checks if c.round == 1):
+            truth = analyzer.truth(check.trigger.sentence, check.trigger.alternative)
+            fact = world.parse(check.trigger.sentence)[0]
+            checked += 1
+            flagged += check.flagged
+            hits += check.flagged == bool(truth)
+            if truth:                      # a contradiction is gone when the text no longer states the fact
+                contradictory += 1
+                removed += fact not in stated
+                if check.flagged:
+                    caught += 1
+                    caught_removed += fact not in stated
+            if fact.known:
+                known += 1
+                kept += fact.value in stated.get(fact, ())
+    miss = statistics.fmean(1 - 1 / len(pool) for pool in ATTRIBUTES.values())
+    return {"configured_rate": (1 - cfg.known_fraction) * miss, "measured_rate": flagged / checked,
+            "true_rate": contradictory / checked, "detector_accuracy": hits / checked,
+            "removed": removed / max(1, contradictory), "removed_flagged": caught_removed / max(1, caught),
+            "kept": kept / max(1, known), "max_rounds": max(rounds),
+            "mean_rounds": statistics.fmean(rounds),
+            "generator_calls": generator.calls, "analyzer_calls": analyzer.calls, "sentences": checked}
+
+
+@experiment(
+    name="selfcontradiction",
+    paper=PAPER,
+    presets=PRESETS,
+    claims=[CLAIM_DETECT, CLAIM_RATE, CLAIM_MITIGATE],
+    description="ChatProtect: trigger a model to contradict itself, detect the contradiction with a prompted "
+                "analyser, and revise the text until it is consistent.",
+)
+def reproduce(cfg: Config, ctx: RunContext) -> Result:
+    """Detection with the configured model; the pipeline's arithmetic with simulated models."""
+    sim = _simulate(cfg, ctx.seed)
+    ctx.log(f"SIMULATED pipeline: flagged {sim['measured_rate']:.3f} of {sim['sentences']} sentences "
+            f"(configured {sim['configured_rate']:.3f}); mitigation removed {sim['removed_flagged']:.3f} of the "
+            f"flagged contradictions ({sim['removed']:.3f} of all), kept {sim['kept']:.3f} of known facts, "
+            f"<= {sim['max_rounds']} passes")
+    metrics = {f"sim/{k}": float(v) for k, v in sim.items()}
+    from iclr24.llm import LoggedModel, get_model
+
+    llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
+    detect = _detection(cfg, llm, ctx)
+    labels_all = [p.contradictory for p in load_pairs()]
+    for name, row in detect.items():
+        for key in ("precision", "recall", "f1", "best_f1"):
+            metrics[f"detect/{name}/{key}"] = row[key]
+    always = precision_recall_f1([1.0] * len(labels_all), labels_all, cfg.threshold)
+    metrics["detect/always_yes/f1"] = always[2]
+    rows = [("always Yes (reference)", len(labels_all), *always, always[2])]
+    rows += [(name, row["pairs"], row["precision"], row["recall"], row["f1"], row["best_f1"])
+             for name, row in detect.items()]
+    tables = {"detection": [{"detector": name, "pairs": n, "precision": round(p, 3), "recall": round(r, 3),
+                             "F1": round(f1, 3), "F1 at the best threshold (oracle)": round(best, 3)}
+                            for name, n, p, r, f1, best in rows]}
+    figures = {"precision_recall.png": _pr_figure(detect)}
+    if cfg.plumbing_prompts:
+        tables["transcript"] = _plumbing(cfg, llm, ctx)
+    figures["mitigation.png"] = _mitigation_figure(sim)
+    claims = _claims(cfg, sim, detect, llm.name)
+    notes = (f"Detection used {llm.name}. The pipeline rows are SIMULATED: a scripted generator over "
+             f"{cfg.entities} fictional places ({cfg.known_fraction:.0%} of facts known, {cfg.elaborate:.0%} of "
+             f"sentences reworded, {cfg.revision_error:.0%} of revisions stubborn) and a scripted analyser wrong on "
+             f"{cfg.analyzer_error:.0%} of pairs; they check ChatProtect's arithmetic, not a model.")
+    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+
+
+def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
+    pairs = load_pairs()
+    labels = [p.contradictory for p in pairs]
+    detectors = {"ChatProtect (explanation + votes)": (ContradictionDetector(
+                     llm, n_votes=cfg.llm_votes, explanation_tokens=cfg.explanation_tokens, seed=ctx.seed),
+                     cfg.vote_pairs),
+                 "ChatProtect (single-pass P(Yes))": (ContradictionDetector(llm, mode="logprob", explain=False),
+                                                      cfg.llm_pairs),
+                 "SelfCheck prompt (P(No))": (SelfCheckDetector(llm, mode="logprob"), cfg.llm_pairs),
+                 "word overlap (no model)": (SelfCheckDetector(), len(pairs))}
+    out = {}
+    total = sum(min(n, len(pairs)) for _, n in detectors.values())
+    with ctx.progress("detection", total=total) as bar:
+        for name, (detector, n) in detectors.items():
+            n = min(n, len(pairs))
+            if n == 0:
+                continue
+            scores = score_pairs(detector, pairs[:n], progress=bar.advance)
+            precision, recall, f1 = precision_recall_f1(scores, labels[:n], cfg.threshold)
+            cuts = sorted({0.0, *(max(0.0, x - 1e-9) for x in scores)})        # flag score > t: every cut point
+            curve = [(t, *precision_recall_f1(scores, labels[:n], t)) for t in cuts]
+            out[name] = {"pairs": n, "precision": precision, "recall": recall, "f1": f1,
+                         "best_f1": max(c[3] for c in curve), "curve": curve}
+            ctx.log(f"{name}: P {precision:.2f} R {recall:.2f} F1 {f1:.2f} on {n} pairs")
+    return out
+
+
+def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
+    detector = ContradictionDetector(llm, n_votes=cfg.llm_votes, explanation_tokens=cfg.explanation_tokens,
+                                     seed=ctx.seed)
+    protect = ChatProtect(llm, detector=detector, threshold=cfg.threshold, max_rounds=cfg.max_rounds, seed=ctx.seed)
+    rows = []
+    for prompt in PROMPTS[:cfg.plumbing_prompts]:
+        report = protect.protect(prompt, max_tokens=cfg.plumbing_tokens)
+        for c in report.checks:
+            rows.append({"prompt": prompt, "round": c.round, "sentence": c.trigger.sentence,
+                         "alternative": c.trigger.alternative, "score": round(c.detection.score, 2),
+                         "action": c.action if c.flagged else "kept"})
+        ctx.log(f"protect({prompt!r}): {report.rounds} rounds, {len(report.flagged)} flagged pairs")
+    return rows
+
+
+def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
+    claims = []
+    votes = detect.get("ChatProtect (explanation + votes)") or detect.get("ChatProtect (single-pass P(Yes))")
+    if votes is not None:
+        name = next(k for k, v in detect.items() if v is votes)
+        claims.append(Claim(
+            CLAIM_DETECT, paper="ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from "
+                                "the authors' released outputs)",
+            measured=f"{llm_name}, {name}: F1 {votes['f1']:.2f} (P {votes['precision']:.2f}, R {votes['recall']:.2f}) "
+                     f"on {votes['pairs']} labelled pairs at threshold {cfg.threshold:g}",
+            holds=votes["f1"] >= 0.75, criterion=f"F1 >= 0.75, flagging score > {cfg.threshold:g}"))
+    claims.append(Claim(
+        CLAIM_RATE, paper="17.7% of ChatGPT's sentences are self-contradictory (measured by the pipeline)",
+        measured=f"SIMULATED generator: flagged {sim['measured_rate']:.3f} of {sim['sentences']} sentences vs "
+                 f"configured {sim['configured_rate']:.3f} (ground truth {sim['true_rate']:.3f}; analyser error "
+                 f"{cfg.analyzer_error:.0%})",
+        holds=abs(sim["measured_rate"] - sim["configured_rate"]) <= 0.05,
+        criterion="|flagged rate - configured rate| <= 5 points"))
+    claims.append(Claim(
+        CLAIM_MITIGATE, paper="ChatGPT: 89.5% of self-contradictions removed, informativeness kept at 100.8% "
+                              "(Table 3; 3 revising passes and a removing one)",
+        measured=f"SIMULATED: removed {sim['removed_flagged']:.1%} of the flagged contradictory sentences "
+                 f"({sim['removed']:.1%} of all, counting those the analyser missed), kept {sim['kept']:.1%} of the "
+                 f"known facts, {sim['mean_rounds']:.2f} passes on average (at most {sim['max_rounds']})",
+        holds=sim["removed_flagged"] >= 0.98 and sim["kept"] >= 0.90 and sim["max_rounds"] <= 3,
+        criterion="flagged contradictions removed >= 98% and known facts kept >= 90%, within 3 passes"))
+    return claims
+
+
+def _pr_figure(detect: dict):
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, row in detect.items():
+        t = [c[0] for c in row["curve"]]
+        axes[0].plot(t, [c[1] for c in row["curve"]], label=name)
+        axes[1].plot(t, [c[2] for c in row["curve"]], label=name)
+    axes[0].set(title="precision vs threshold", xlabel="threshold")
+    axes[1].set(title="recall vs threshold", xlabel="threshold")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _mitigation_figure(sim: dict):
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    ax.bar(["before", "after mitigation"], [sim["true_rate"], sim["true_rate"] * (1 - sim["removed"])])
+    ax.set(ylabel="self-contradictory sentences (fraction)", title="SIMULATED generator")
+    fig.tight_layout()
+    return fig

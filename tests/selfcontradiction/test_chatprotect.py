@@ -1,0 +1,264 @@
+import math
+import re
+
+import pytest
+import torch
+
+from iclr24.llm import get_model
+from iclr24.selfcontradiction import (
+    ChatProtect,
+    ContradictionDetector,
+    FictionalWorld,
+    SelfCheckDetector,
+    SimulatedAnalyzer,
+    SimulatedGenerator,
+    Triple,
+    load_pairs,
+    parse_yes_no,
+    precision_recall_f1,
+    prompt_text,
+    yes_probability,
+)
+from iclr24.selfcontradiction.simulation import ATTRIBUTES
+
+
+def scripted(fn):
+    return get_model("scripted", outputs=lambda prompt, i: fn(prompt_text(prompt), i))
+
+
+def field(prompt, name):
+    match = re.search(rf"^{name}: (.*)$", prompt, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+# ---- detection -----------------------------------------------------------------------------------------------
+
+def test_votes_are_counted_after_an_explanation():
+    replies = iter(["They differ in the year.", "Yes", "yes.", "No", "maybe", " Yes, because"])
+    analyzer = scripted(lambda prompt, i: next(replies))
+    detection = ContradictionDetector(analyzer, n_votes=5).detect("ctx", "It opened in 1889.", "It opened in 1901.")
+    assert detection.score == pytest.approx(3 / 5)
+    assert detection.votes == (True, True, False, None, True) and detection.unparsed == 1
+    assert detection.explanation == "They differ in the year."
+    explain, vote = analyzer.calls[0], analyzer.calls[1]
+    assert "Statement 1: It opened in 1889." in prompt_text(explain["prompt"]) and explain["temperature"] == 0.0
+    # the explanation is the analyser's own turn, and the conclusion is asked for in a new user turn
+    assert [m["role"] for m in vote["prompt"]] == ["user", "assistant", "user"]
+    assert vote["prompt"][1]["content"] == "They differ in the year."
+    assert "Answer Yes or No" in vote["prompt"][2]["content"] and vote["temperature"] == 1.0
+
+
+def test_vote_parsing_follows_the_authors_rule_and_identical_pairs_need_no_call():
+    assert parse_yes_no("The statements contradict: Yes.") is True
+    assert parse_yes_no("No.") is False and parse_yes_no("Yes and no") is None and parse_yes_no("Yesterday") is None
+    analyzer = scripted(lambda prompt, i: "Yes")
+    detection = ContradictionDetector(analyzer).detect("c", "It opened in 1889.", "it opened  in 1889.")
+    assert detection.score == 0.0 and detection.method == "identical" and not analyzer.calls
+
+
+def test_detector_without_explanation_and_bad_arguments():
+    analyzer = scripted(lambda prompt, i: "No")
+    detection = ContradictionDetector(analyzer, n_votes=3, explain=False).detect("", "a b", "c d")
+    assert detection.score == 0.0 and len(analyzer.calls) == 3
+    assert "Context: (none)" in prompt_text(analyzer.calls[0]["prompt"])
+    with pytest.raises(ValueError, match="mode must be 'votes' or 'logprob'"):
+        ContradictionDetector(analyzer, mode="sample")
+    with pytest.raises(ValueError, match="n_votes must be >= 1"):
+        ContradictionDetector(analyzer, n_votes=0)
+
+
+def test_yes_probability_reads_the_next_token_distribution():
+    # a character-level scripted model: 'Y' and 'N' carry the answer, the shared ' ' is ignored
+    table = torch.full((256,), -20.0)
+    table[ord("Y")], table[ord("N")], table[ord(" ")] = math.log(0.3), math.log(0.1), math.log(0.5)
+    model = get_model("scripted", outputs=[], logprobs=lambda ids: table)
+    assert yes_probability(model, "Do they contradict? Answer:") == pytest.approx(0.75, abs=1e-6)
+    detection = ContradictionDetector(model, mode="logprob", explain=False).detect("c", "a", "b")
+    assert detection.method == "logprob" and detection.score == pytest.approx(0.75, abs=1e-6)
+
+
+def test_yes_probability_without_logits_uses_the_greedy_answer():
+    assert yes_probability(scripted(lambda p, i: "Yes"), "q") == 1.0      # a script is certain
+    assert yes_probability(scripted(lambda p, i: "No"), "q") == 0.0
+    assert yes_probability(scripted(lambda p, i: "Perhaps"), "q") == 0.5
+    assert parse_yes_no("  **Yes**") is True and parse_yes_no("Nope") is None
+
+
+def test_threshold_is_strict_as_in_the_authors_code():
+    analyzer = scripted(lambda prompt, i: "x" if "Answer Yes or No" not in prompt else ("Yes" if i % 2 else "No"))
+    protect = ChatProtect(scripted(lambda p, i: "Velmora was founded in 1781."), analyzer, n_votes=2,
+                          threshold=0.5)
+    (check,) = protect.check("q", "Velmora was founded in 1642.")
+    assert check.detection.score == 0.5 and not check.flagged       # half the votes is not a majority
+    protect.threshold = 0.49
+    assert protect.check("q", "Velmora was founded in 1642.")[0].flagged
+
+
+# ---- trigger -------------------------------------------------------------------------------------------------
+
+def test_trigger_asks_for_an_alternative_with_subject_and_predicate_in_context():
+    generator = scripted(lambda prompt, i: f"{field(prompt, 'Subject')} {field(prompt, 'Predicate')} 1999. More.")
+    protect = ChatProtect(generator, scripted(lambda p, i: "No"))
+    triggers = protect.trigger("Tell me about Kalo.", "Kalo was founded in 1642. It is known for salt.")
+    assert [(t.index, t.triple, t.alternative) for t in triggers] == [
+        (0, Triple("Kalo", "was founded in", "1642"), "Kalo was founded in 1999."),
+        (1, Triple("It", "is known for", "salt"), "It is known for 1999.")]
+    second = generator.calls[1]
+    assert second["prompt"][0]["role"] == "user" and second["temperature"] == 0.0     # the authors' default
+    assert "Kalo was founded in 1642." in prompt_text(second["prompt"])
+    assert "Tell me about Kalo." in prompt_text(second["prompt"])
+
+
+def test_llm_triples_with_rule_fallback():
+    replies = {"A": "(Kalo; was founded in; 1642)\n(Kalo; lies in; the north)", "B": "I cannot."}
+    which = iter(["A", "B"])
+    protect = ChatProtect(scripted(lambda p, i: replies[next(which)]), triples="llm")
+    assert protect.triples("Kalo was founded in 1642 in the north.") == [
+        Triple("Kalo", "was founded in", "1642"), Triple("Kalo", "lies in", "the north")]
+    assert protect.triples("Kalo was founded in 1642.") == [Triple("Kalo", "was founded in", "1642")]
+    with pytest.raises(ValueError, match="triples must be 'rule' or 'llm'"):
+        ChatProtect(scripted(lambda p, i: ""), triples="spacy")
+    with pytest.raises(ValueError, match="threshold must be <= 1"):
+        ChatProtect(scripted(lambda p, i: ""), threshold=1.5)
+    with pytest.raises(ValueError, match="max_rounds must be >= 1"):
+        ChatProtect(scripted(lambda p, i: ""), max_rounds=0)
+
+
+# ---- mitigation ----------------------------------------------------------------------------------------------
+
+def _world_protect(error_rate=0.0, max_rounds=3, known_fraction=0.5, seed=0, **kwargs):
+    world = FictionalWorld(12, known_fraction=known_fraction, seed=seed)
+    generator = SimulatedGenerator(world, seed=seed)
+    protect = ChatProtect(generator, SimulatedAnalyzer(world, error_rate, seed=seed), reviser=generator,
+                          n_votes=3, max_rounds=max_rounds, seed=seed, **kwargs)
+    return world, protect
+
+
+def test_mitigation_stops_as_soon_as_the_text_is_clean():
+    world, protect = _world_protect(known_fraction=1.0)
+    report = protect.protect(f"Please tell me about {world.entities[0]}.")
+    assert report.rounds == 1 and not report.flagged and report.text == report.original
+
+
+def test_mitigation_removes_contradictions_keeps_known_facts_and_never_exceeds_max_rounds():
+    world, protect = _world_protect()
+    analyzer = protect.detector.analyzer
+    for entity in world.entities:
+        report = protect.protect(f"Please tell me about {entity}.")
+        assert 1 <= report.rounds <= 3
+        for check in (c for c in report.checks if c.round == 1):
+            fact = world.parse(check.trigger.sentence)[0]
+            if analyzer.truth(check.trigger.sentence, check.trigger.alternative):
+                assert check.flagged and check.action == "removed"       # unknown fact: revision says NONE
+                assert check.trigger.sentence not in report.text
+            if fact.known:
+                assert not check.flagged and fact.sentence() in report.text
+
+
+def test_last_round_removes_what_is_still_flagged_and_revision_rewrites():
+    analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt else "They differ.")
+    revisions = []
+
+    def generator(prompt, i):
+        if field(prompt, "Sentence"):
+            revisions.append(field(prompt, "Sentence"))
+            return "Kalo was founded long ago."
+        return "Kalo was founded in 1999."
+
+    generator = scripted(generator)
+    protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=2, max_rounds=2)
+    report = protect.mitigate("q", "Kalo was founded in 1642. Nothing else.")
+    assert report.rounds == 2 and report.text == "Nothing else."
+    first = [c for c in report.checks if c.round == 1 and c.flagged]
+    assert first[0].action == "revised" and first[0].revision == "Kalo was founded long ago."
+    assert [c.action for c in report.checks if c.round == 2 and c.flagged] == ["removed"]
+    assert revisions == ["Kalo was founded in 1642."]                  # the last round does not ask
+    assert report.contradiction_rate(1) == 1.0
+
+
+def test_drop_when_all_flagged_skips_the_revision_only_for_several_triples():
+    analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt else "")
+
+    def generator(prompt, i):
+        if "Extract the facts" in prompt:
+            return "(Kalo; was founded in; 1642)\n(Kalo; was founded by; monks)"
+        if "Conflicting statement:" in prompt:
+            return "Kalo is old."
+        return f"Kalo {field(prompt, 'Predicate')} someone else."
+
+    generator = scripted(generator)
+    for drop, expected in ((True, ""), (False, "Kalo is old.")):
+        protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=1, triples="llm",
+                              drop_when_all_flagged=drop, max_rounds=3)
+        report = protect.mitigate("q", "Kalo was founded in 1642 by monks.")
+        first = [c for c in report.checks if c.round == 1]
+        assert len(first) == 2 and all(c.flagged for c in first)
+        assert first[0].revision == expected
+    # without the shortcut, both conflicts were revised, each on the last revision
+    revised = [field(prompt_text(c["prompt"]), "Sentence") for c in generator.calls
+               if "Conflicting statement:" in prompt_text(c["prompt"])]
+    assert revised[:2] == ["Kalo was founded in 1642 by monks.", "Kalo is old."]
+
+
+def test_simulated_pipeline_rate_matches_the_world():
+    world, protect = _world_protect(known_fraction=0.6, seed=3)
+    checks = []
+    for entity in world.entities:
+        checks += protect.check(f"About {entity}.", world.description(entity, __import__("random").Random(1)))
+    flagged = sum(c.flagged for c in checks) / len(checks)
+    truth = sum(bool(protect.detector.analyzer.truth(c.trigger.sentence, c.trigger.alternative))
+                for c in checks) / len(checks)
+    assert flagged == truth                                   # an error-free analyser flags exactly the truth
+    assert abs(truth - world.expected_contradiction_rate) < 0.15
+
+
+def test_simulated_analyzer_error_rate_flips_whole_pairs():
+    world = FictionalWorld(30, known_fraction=1.0, seed=1)
+    analyzer = SimulatedAnalyzer(world, error_rate=0.3, seed=1)
+    detector = ContradictionDetector(analyzer, n_votes=4)
+    other = {f: next(v for v in ATTRIBUTES[f.predicate] if v != f.value) for f in world.facts.values()}
+    scores = [detector.detect("", f.sentence(), f.sentence(other[f])).score for f in world.facts.values()]
+    assert set(scores) <= {0.0, 1.0}
+    assert 0.6 < sum(scores) / len(scores) < 0.8                       # contradictions, 30% of them missed
+
+
+# ---- the labelled pairs and the baseline --------------------------------------------------------------------
+
+def test_labelled_pairs():
+    pairs = load_pairs()
+    assert len(pairs) >= 100 and len({p.id for p in pairs}) == len(pairs)
+    assert sum(p.contradictory for p in pairs) == len(pairs) // 2
+    assert all(p.context and p.a and p.b and p.a != p.b for p in pairs)
+
+
+def test_precision_recall_f1_known_values():
+    scores, labels = [0.9, 0.6, 0.4, 0.1, 0.7], [True, False, True, False, True]
+    p, r, f1 = precision_recall_f1(scores, labels, 0.5)
+    assert (p, r) == (2 / 3, 2 / 3) and f1 == pytest.approx(2 / 3)
+    assert precision_recall_f1([0.5, 0.5], [True, False], 0.5) == (0.0, 0.0, 0.0)    # score > threshold
+    assert precision_recall_f1(scores, labels, 0.95) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="same length"):
+        precision_recall_f1([0.1], [True, False], 0.5)
+
+
+def test_selfcheck_baseline():
+    unigram = SelfCheckDetector()
+    assert unigram.detect("", "Kalo was founded in 1642.", "kalo was founded in 1642").score == 0.0
+    assert unigram.detect("", "Kalo was founded.", "Totally different words here").score == 1.0
+    analyzer = scripted(lambda prompt, i: "No" if i % 4 else "Yes")
+    detection = SelfCheckDetector(analyzer, n_votes=4).detect("", "a", "b")
+    assert detection.score == 0.75 and "Context: b\nSentence: a" in prompt_text(analyzer.calls[0]["prompt"])
+
+
+def test_simulated_generator_rewording_and_stubborn_revisions():
+    world = FictionalWorld(5, known_fraction=0.0, seed=2)
+    fact = next(iter(world.facts.values()))
+    reworded = SimulatedGenerator(world, elaborate=1.0).generate(
+        f"Subject: {fact.entity}\nPredicate: {fact.predicate}")[0].text
+    assert reworded.count(",") == 1 and world.parse(reworded)[0] is fact       # the clause is not the value
+    revise = f"Sentence: {fact.sentence()}\nConflicting statement: x"
+    assert SimulatedGenerator(world).generate(revise)[0].text == "NONE"
+    stubborn = SimulatedGenerator(world, revision_error=1.0).generate(revise)[0].text
+    assert world.parse(stubborn)[0] is fact                                    # restates a sampled value
+    with pytest.raises(ValueError, match="revision_error must be <= 1"):
+        SimulatedGenerator(world, revision_error=2.0)
