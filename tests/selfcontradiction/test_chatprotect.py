@@ -67,11 +67,13 @@ def test_detector_without_explanation_and_bad_arguments():
         ContradictionDetector(analyzer, n_votes=0)
 
 
+TABLE = torch.full((256,), -20.0)
+TABLE[ord("Y")], TABLE[ord("N")], TABLE[ord(" ")] = math.log(0.3), math.log(0.1), math.log(0.5)
+
+
 def test_yes_probability_reads_the_next_token_distribution():
     # a character-level scripted model: 'Y' and 'N' carry the answer, the shared ' ' is ignored
-    table = torch.full((256,), -20.0)
-    table[ord("Y")], table[ord("N")], table[ord(" ")] = math.log(0.3), math.log(0.1), math.log(0.5)
-    model = get_model("scripted", outputs=[], logprobs=lambda ids: table)
+    model = get_model("scripted", outputs=[], logprobs=lambda ids: TABLE)
     assert yes_probability(model, "Do they contradict? Answer:") == pytest.approx(0.75, abs=1e-6)
     detection = ContradictionDetector(model, mode="logprob", explain=False).detect("c", "a", "b")
     assert detection.method == "logprob" and detection.score == pytest.approx(0.75, abs=1e-6)
@@ -103,6 +105,8 @@ def test_trigger_asks_for_an_alternative_with_subject_and_predicate_in_context()
     assert [(t.index, t.triple, t.alternative) for t in triggers] == [
         (0, Triple("Kalo", "was founded in", "1642"), "Kalo was founded in 1999."),
         (1, Triple("It", "is known for", "salt"), "It is known for 1999.")]
+    first = prompt_text(generator.calls[0]["prompt"])
+    assert "Kalo was founded in 1642." not in first            # the alternative is written without its sentence
     second = generator.calls[1]
     assert second["prompt"][0]["role"] == "user" and second["temperature"] == 0.0     # the authors' default
     assert "Kalo was founded in 1642." in prompt_text(second["prompt"])
@@ -209,7 +213,7 @@ def test_simulated_pipeline_rate_matches_the_world():
     truth = sum(bool(protect.detector.analyzer.truth(c.trigger.sentence, c.trigger.alternative))
                 for c in checks) / len(checks)
     assert flagged == truth                                   # an error-free analyser flags exactly the truth
-    assert abs(truth - world.expected_contradiction_rate) < 0.15
+    assert abs(truth - world.expected_contradiction_rate) < 0.05
 
 
 def test_simulated_analyzer_error_rate_flips_whole_pairs():
@@ -256,9 +260,107 @@ def test_simulated_generator_rewording_and_stubborn_revisions():
     reworded = SimulatedGenerator(world, elaborate=1.0).generate(
         f"Subject: {fact.entity}\nPredicate: {fact.predicate}")[0].text
     assert reworded.count(",") == 1 and world.parse(reworded)[0] is fact       # the clause is not the value
+    assert world.parse(reworded)[1] in ATTRIBUTES[fact.predicate]
     revise = f"Sentence: {fact.sentence()}\nConflicting statement: x"
     assert SimulatedGenerator(world).generate(revise)[0].text == "NONE"
     stubborn = SimulatedGenerator(world, revision_error=1.0).generate(revise)[0].text
     assert world.parse(stubborn)[0] is fact                                    # restates a sampled value
+    known = FictionalWorld(5, known_fraction=1.0, seed=2)
+    fact = next(iter(known.facts.values()))
+    restated = SimulatedGenerator(known).generate(f"Sentence: {fact.entity} {fact.predicate} x.\nConflicting "
+                                                  "statement: y")[0].text
+    assert restated == fact.sentence()
     with pytest.raises(ValueError, match="revision_error must be <= 1"):
         SimulatedGenerator(world, revision_error=2.0)
+
+
+def test_every_flagged_conflict_is_revised_in_the_same_pass_and_the_prefix_reaches_the_analyser():
+    analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt and "1642" in prompt else "")
+
+    def generator(prompt, i):
+        if "Extract the facts" in prompt:
+            return "(Kalo; was founded in; 1642)\n(Kalo; was founded by; monks)"
+        if "Conflicting statement:" in prompt:
+            return field(prompt, "Sentence") + " Really."
+        return f"Kalo {field(prompt, 'Predicate')} someone else."
+
+    generator = scripted(generator)
+    protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=1, triples="llm",
+                          drop_when_all_flagged=False, max_rounds=2)
+    protect.mitigate("Tell me about Kalo.", "Kalo is a town. Kalo was founded in 1642 by monks.")
+    revisions = [c for c in generator.calls if "Conflicting statement:" in prompt_text(c["prompt"])]
+    assert len(revisions) == 2                                  # both flagged triples, one pass
+    explain = next(prompt_text(c["prompt"]) for c in analyzer.calls
+                   if "Statement 1: Kalo was founded in 1642 by monks." in prompt_text(c["prompt"]))
+    assert "Context: Tell me about Kalo. Kalo is a town." in explain
+
+
+def test_drop_rule_needs_every_triple_flagged_and_the_analyser_revises_by_default():
+    def analyzer_fn(prompt, i):
+        if "Answer Yes or No" in prompt:
+            return "Yes" if "Statement 2: Kalo was founded in" in prompt else "No"   # only the first conflicts
+        if "Conflicting statement:" in prompt:
+            return "Kalo was founded by monks."
+        return ""
+
+    def generator_fn(prompt, i):
+        if "Extract the facts" in prompt:
+            return "(Kalo; was founded in; 1642)\n(Kalo; was founded by; monks)"
+        return f"Kalo {field(prompt, 'Predicate')} another."
+
+    analyzer, generator = scripted(analyzer_fn), scripted(generator_fn)
+    protect = ChatProtect(generator, analyzer, n_votes=1, triples="llm", max_rounds=3)
+    report = protect.mitigate("q", "Kalo was founded in 1642 by monks.")
+    first = [c for c in report.checks if c.round == 1 and c.flagged]
+    assert len(first) == 1 and first[0].action == "revised" and first[0].revision == "Kalo was founded by monks."
+    assert any("Conflicting statement:" in prompt_text(c["prompt"]) for c in analyzer.calls)
+    assert not any("Conflicting statement:" in prompt_text(c["prompt"]) for c in generator.calls)
+
+
+def test_greedy_yes_probability_reads_the_answer_token():
+    from iclr24.llm.base import Completion
+
+    class Greedy:
+        capabilities = get_model("scripted", outputs=[]).capabilities
+
+        def __init__(self, text, tokens, logprobs):
+            self.reply = Completion(text, "stop", 0, 0, 0.0, tokens, logprobs)
+
+        def generate(self, prompt, **kwargs):
+            return [self.reply]
+
+    assert yes_probability(Greedy(" Yes", (" ", "Yes"), (0.0, math.log(0.8))), "q") == pytest.approx(0.8)
+    assert yes_probability(Greedy("No", ("No",), (math.log(0.9),)), "q") == pytest.approx(0.1)
+
+
+def test_selfcheck_scores_and_inputs():
+    model = get_model("scripted", outputs=[], logprobs=lambda ids: TABLE)
+    assert SelfCheckDetector(model, mode="logprob").detect("", "a", "b").score == pytest.approx(0.25, abs=1e-6)
+    replies = iter(["Yes", "maybe", "No", "No"])
+    detection = SelfCheckDetector(scripted(lambda p, i: next(replies)), n_votes=4).detect("", "a", "b")
+    assert detection.score == 0.5 and detection.unparsed == 1        # unparsed votes count as supported
+    with pytest.raises(ValueError, match="b must be a non-empty statement"):
+        SelfCheckDetector().detect("", "a", " ")
+    assert SelfCheckDetector().detect("", "...", "...").score == 0.0
+
+
+def test_public_boundary_rejects_bad_input():
+    model = scripted(lambda p, i: "No")
+    with pytest.raises(TypeError, match="generator must be a language model"):
+        ChatProtect(None)
+    with pytest.raises(TypeError, match="detector must have detect"):
+        ChatProtect(model, detector=object())
+    with pytest.raises(TypeError, match="drop_when_all_flagged must be a bool"):
+        ChatProtect(model, drop_when_all_flagged="no")
+    with pytest.raises(TypeError, match="seed must be an int"):
+        ChatProtect(model, seed="x")
+    with pytest.raises(ValueError, match="prompt must be a non-empty str"):
+        ChatProtect(model).protect("")
+    with pytest.raises(TypeError, match="prompt must be a str"):
+        ChatProtect(model).mitigate(None, "text")
+    with pytest.raises(ValueError, match="a must be a non-empty statement"):
+        ContradictionDetector(model).detect("c", "", "b")
+    with pytest.raises(ValueError, match="threshold must be finite"):
+        precision_recall_f1([0.1], [True], float("nan"))
+    with pytest.raises(TypeError, match="labels must be bools"):
+        precision_recall_f1([0.1], [2], 0.5)

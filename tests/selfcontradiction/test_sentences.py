@@ -28,7 +28,7 @@ def test_split_sentences_rejects_non_text():
 
 def test_parse_triples_reads_llm_lines_and_skips_junk():
     reply = ("Here are the triples:\n1. (Velmora; was founded in; 1642)\n"
-             "2. ( Velmora ;was founded by ; fishermen. )\n(; no subject; x)\n(Velmora; was founded in; 1642)\n"
+             "2. ( Velmora ;was founded by ; fishermen. )\n( ; no subject; x)\n(Velmora; was founded in; 1642)\n"
              "(Velmora; lies in; )\nnot a triple (a; b)")
     assert parse_triples(reply) == [Triple("Velmora", "was founded in", "1642"),
                                     Triple("Velmora", "was founded by", "fishermen"),

@@ -74,6 +74,8 @@ def as_chat(prompt) -> list[dict[str, str]]:
 def parse_yes_no(text: str) -> bool | None:
     """True when the reply says Yes and not No, False for No and not Yes, None for both or neither (the
     authors' rule; a None vote counts as No)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     yes, no = bool(_YES.search(text)), bool(_NO.search(text))
     return None if yes == no else yes
 
@@ -103,10 +105,15 @@ def yes_probability(llm, prompt) -> float:
         return yes / (yes + no) if yes + no > 0 else 0.5
     reply = llm.generate(as_chat(prompt), max_tokens=3, temperature=0.0, logprobs=True)[0]
     answer = parse_yes_no(reply.text)
-    p_first = math.exp(reply.logprobs[0]) if reply.logprobs else 1.0
     if answer is None:
         return 0.5
-    return p_first if answer else 1.0 - p_first
+    # the probability of the answer's own token (not of a leading space or markup token)
+    p_answer = 1.0
+    for token, logprob in zip(reply.tokens or (), reply.logprobs or ()):
+        if parse_yes_no(token) is not None or token.strip().lower() in ("y", "ye", "n"):
+            p_answer = math.exp(logprob)
+            break
+    return p_answer if answer else 1.0 - p_answer
 
 
 @dataclass(frozen=True)
@@ -134,12 +141,16 @@ class ContradictionDetector:
                  explanation_tokens: int = 160, seed: int = 0) -> None:
         if mode not in ("votes", "logprob"):
             raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
-        self.analyzer, self.mode, self.explain, self.seed = analyzer, mode, explain, seed
+        _require_model("analyzer", analyzer)
+        if not isinstance(explain, bool):
+            raise TypeError(f"explain must be a bool, got {explain!r}")
+        self.analyzer, self.mode, self.explain, self.seed = analyzer, mode, explain, check_int("seed", seed)
         self.n_votes = check_int("n_votes", n_votes, minimum=1)
         self.explanation_tokens = check_int("explanation_tokens", explanation_tokens, minimum=1)
         self.calls = 0
 
     def detect(self, context: str, a: str, b: str) -> Detection:
+        _check_statements(context, a, b)
         if " ".join(a.split()).lower() == " ".join(b.split()).lower():
             return Detection(0.0, "the statements are identical", (), "identical")    # no call needed
         question = {"role": "user", "content": EXPLAIN_PROMPT.format(context=context.strip() or "(none)",
@@ -158,7 +169,22 @@ class ContradictionDetector:
         replies = self.analyzer.generate(conclude, max_tokens=5, temperature=1.0, n=self.n_votes,
                                          seed=self.seed + self.calls)
         votes = tuple(parse_yes_no(r.text) for r in replies)
+        if not votes:
+            raise RuntimeError(f"the analyser returned no completions for n={self.n_votes}")
         return Detection(sum(v is True for v in votes) / len(votes), explanation, votes, "votes")
+
+
+def _require_model(name: str, model) -> None:
+    if not callable(getattr(model, "generate", None)):
+        raise TypeError(f"{name} must be a language model with generate() (iclr24.llm), got {type(model).__name__}")
+
+
+def _check_statements(context, a, b) -> None:
+    if not isinstance(context, str):
+        raise TypeError(f"context must be a str, got {type(context).__name__}")
+    for name, text in (("a", a), ("b", b)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{name} must be a non-empty statement, got {text!r}")
 
 
 @dataclass(frozen=True)
@@ -226,6 +252,15 @@ class ChatProtect:
                  alternative_temperature: float = 0.0, alternative_tokens: int = 60, seed: int = 0) -> None:
         if triples not in ("rule", "llm"):
             raise ValueError(f"triples must be 'rule' or 'llm', got {triples!r}")
+        _require_model("generator", generator)
+        for name, model in (("analyzer", analyzer), ("reviser", reviser)):
+            if model is not None:
+                _require_model(name, model)
+        if detector is not None and not callable(getattr(detector, "detect", None)):
+            raise TypeError(f"detector must have detect(context, a, b), got {type(detector).__name__}")
+        if not isinstance(drop_when_all_flagged, bool):
+            raise TypeError(f"drop_when_all_flagged must be a bool, got {drop_when_all_flagged!r}")
+        seed = check_int("seed", seed)
         self.generator = generator
         self.detector = detector or ContradictionDetector(analyzer or generator, n_votes=n_votes, seed=seed)
         self.reviser = reviser or analyzer or generator
@@ -280,6 +315,9 @@ class ChatProtect:
 
     # -- mitigate --------------------------------------------------------------------------------------------
     def mitigate(self, prompt: str, text: str) -> ProtectReport:
+        for name, value in (("prompt", prompt), ("text", text)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         report = ProtectReport(prompt, text, text)
         for r in range(1, self.max_rounds + 1):
             checks = self.check(prompt, report.text, round=r)
@@ -324,6 +362,8 @@ class ChatProtect:
 
     def protect(self, prompt: str, *, max_tokens: int = 200) -> ProtectReport:
         """Generate an answer to ``prompt`` and return it checked and mitigated."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"prompt must be a non-empty str, got {prompt!r}")
         return self.mitigate(prompt, self._generate(prompt, max_tokens=max_tokens).strip())
 
     def _generate(self, prompt: str, *, max_tokens: int, temperature: float = 0.0) -> str:

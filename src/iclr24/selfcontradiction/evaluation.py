@@ -9,12 +9,13 @@ sentences the model itself generated.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
-from iclr24.core import check_int
-from iclr24.selfcontradiction.chatprotect import Detection, as_chat, parse_yes_no, yes_probability
+from iclr24.core import check_int, check_number
+from iclr24.selfcontradiction.chatprotect import Detection, _check_statements, as_chat, parse_yes_no, yes_probability
 
 __all__ = ["LabelledPair", "SelfCheckDetector", "load_pairs", "precision_recall_f1", "score_pairs"]
 
@@ -60,6 +61,7 @@ class SelfCheckDetector:
         self.calls = 0
 
     def detect(self, context: str, a: str, b: str) -> Detection:
+        _check_statements(context, a, b)
         if self.analyzer is None:
             return Detection(1.0 - _overlap_f1(a, b), method="word-overlap")
         prompt = SELFCHECK_PROMPT.format(sample=b.strip(), sentence=a.strip())
@@ -75,6 +77,8 @@ class SelfCheckDetector:
 
 def _overlap_f1(a: str, b: str) -> float:
     wa, wb = (set(w.strip(".,;:!?\"'").lower() for w in s.split()) - {""} for s in (a, b))
+    if wa == wb:
+        return 1.0                                   # identical words (punctuation-only statements too)
     common = len(wa & wb)
     if not common:
         return 0.0
@@ -96,6 +100,11 @@ def precision_recall_f1(scores: Sequence[float], labels: Sequence[bool], thresho
     """Precision, recall and F1 of flagging ``score > threshold`` as contradictory (0 where undefined)."""
     if len(scores) != len(labels):
         raise ValueError(f"scores and labels must have the same length, got {len(scores)} and {len(labels)}")
+    threshold = check_number("threshold", threshold)
+    if not all(isinstance(y, bool) for y in labels):
+        raise TypeError("labels must be bools (True: contradictory)")
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in scores):
+        raise ValueError("scores must be finite numbers")
     flagged = [s > threshold for s in scores]
     tp = sum(f and y for f, y in zip(flagged, labels))
     fp = sum(f and not y for f, y in zip(flagged, labels))

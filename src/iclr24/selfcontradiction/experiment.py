@@ -61,7 +61,7 @@ class Config:
     explanation_tokens: int = 80
     plumbing_prompts: int = 1     # real-model protect() runs, end to end
     plumbing_tokens: int = 60     # length of the text protect() checks
-    allow_zero = ("llm_pairs", "vote_pairs", "plumbing_prompts")
+    allow_zero = ("vote_pairs", "plumbing_prompts")
 
     def __post_init__(self) -> None:
         if self.entities < 1 or self.n_votes < 1 or self.max_rounds < 1 or self.llm_votes < 1:
@@ -71,8 +71,8 @@ class Config:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if min(self.llm_pairs, self.vote_pairs, self.plumbing_prompts) < 0:
             raise ValueError("llm_pairs, vote_pairs and plumbing_prompts must be >= 0")
-        if self.llm_pairs == 0 and self.vote_pairs == 0:
-            raise ValueError("the detection claim needs labelled pairs: llm_pairs or vote_pairs must be >= 1")
+        if self.llm_pairs < 1:
+            raise ValueError(f"the detection claim needs labelled pairs: llm_pairs must be >= 1, got {self.llm_pairs}")
 
 
 PRESETS = {
@@ -91,6 +91,7 @@ def _simulate(cfg: Config, seed: int) -> dict:
     protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=cfg.n_votes, threshold=cfg.threshold,
                           max_rounds=cfg.max_rounds, seed=seed)
     checked = flagged = contradictory = removed = caught = caught_removed = known = kept = hits = 0
+    false_alarms = false_alarms_kept = 0
     rounds = []
     for entity in world.entities:
         prompt = f"Please tell me about {entity}."
@@ -117,11 +118,15 @@ def _simulate(cfg: Config, seed: int) -> dict:
             if fact.known:
                 known += 1
                 kept += fact.value in stated.get(fact, ())
+                if check.flagged:                     # a false alarm: did the revision keep the fact?
+                    false_alarms += 1
+                    false_alarms_kept += fact.value in stated.get(fact, ())
     miss = statistics.fmean(1 - 1 / len(pool) for pool in ATTRIBUTES.values())
     return {"configured_rate": (1 - cfg.known_fraction) * miss, "measured_rate": flagged / checked,
             "true_rate": contradictory / checked, "detector_accuracy": hits / checked,
             "removed": removed / max(1, contradictory), "removed_flagged": caught_removed / max(1, caught),
-            "kept": kept / max(1, known), "max_rounds": max(rounds),
+            "kept": kept / max(1, known), "kept_flagged": false_alarms_kept / max(1, false_alarms),
+            "max_rounds": max(rounds),
             "mean_rounds": statistics.fmean(rounds),
             "generator_calls": generator.calls, "analyzer_calls": analyzer.calls, "sentences": checked}
 
@@ -150,7 +155,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     for name, row in detect.items():
         for key in ("precision", "recall", "f1", "best_f1"):
             metrics[f"detect/{name}/{key}"] = row[key]
-    always = precision_recall_f1([1.0] * len(labels_all), labels_all, cfg.threshold)
+    always = _always_yes(labels_all)
     metrics["detect/always_yes/f1"] = always[2]
     rows = [("always Yes (reference)", len(labels_all), *always, always[2])]
     rows += [(name, row["pairs"], row["precision"], row["recall"], row["f1"], row["best_f1"])
@@ -189,12 +194,18 @@ def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
                 continue
             scores = score_pairs(detector, pairs[:n], progress=bar.advance)
             precision, recall, f1 = precision_recall_f1(scores, labels[:n], cfg.threshold)
-            cuts = sorted({0.0, *(max(0.0, x - 1e-9) for x in scores)})        # flag score > t: every cut point
+            cuts = sorted({min(scores) - 1.0, *(x - 1e-9 for x in scores)})    # flag score > t: every cut point
             curve = [(t, *precision_recall_f1(scores, labels[:n], t)) for t in cuts]
             out[name] = {"pairs": n, "precision": precision, "recall": recall, "f1": f1,
                          "best_f1": max(c[3] for c in curve), "curve": curve}
             ctx.log(f"{name}: P {precision:.2f} R {recall:.2f} F1 {f1:.2f} on {n} pairs")
     return out
+
+
+def _always_yes(labels) -> tuple[float, float, float]:
+    """Precision, recall and F1 of flagging every pair: the no-skill reference."""
+    precision = sum(labels) / len(labels)
+    return precision, 1.0, 2 * precision / (precision + 1.0)
 
 
 def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
@@ -214,6 +225,7 @@ def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
 
 def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     claims = []
+    labels = [p.contradictory for p in load_pairs()]
     votes = detect.get("ChatProtect (explanation + votes)") or detect.get("ChatProtect (single-pass P(Yes))")
     if votes is not None:
         name = next(k for k, v in detect.items() if v is votes)
@@ -221,7 +233,8 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
             CLAIM_DETECT, paper="ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from "
                                 "the authors' released outputs)",
             measured=f"{llm_name}, {name}: F1 {votes['f1']:.2f} (P {votes['precision']:.2f}, R {votes['recall']:.2f}) "
-                     f"on {votes['pairs']} labelled pairs at threshold {cfg.threshold:g}",
+                     f"on {votes['pairs']} labelled pairs at threshold {cfg.threshold:g} (flagging every pair: F1 "
+                     f"{_always_yes(labels[:votes['pairs']])[2]:.2f}; one pair moves F1 by ~{1 / votes['pairs']:.2f})",
             holds=votes["f1"] >= 0.75, criterion=f"F1 >= 0.75, flagging score > {cfg.threshold:g}"))
     claims.append(Claim(
         CLAIM_RATE, paper="17.7% of ChatGPT's sentences are self-contradictory (measured by the pipeline)",
@@ -235,9 +248,10 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
                               "(Table 3; 3 revising passes and a removing one)",
         measured=f"SIMULATED: removed {sim['removed_flagged']:.1%} of the flagged contradictory sentences "
                  f"({sim['removed']:.1%} of all, counting those the analyser missed), kept {sim['kept']:.1%} of the "
-                 f"known facts, {sim['mean_rounds']:.2f} passes on average (at most {sim['max_rounds']})",
-        holds=sim["removed_flagged"] >= 0.98 and sim["kept"] >= 0.90 and sim["max_rounds"] <= 3,
-        criterion="flagged contradictions removed >= 98% and known facts kept >= 90%, within 3 passes"))
+                 f"known facts ({sim['kept_flagged']:.1%} of those falsely flagged), {sim['mean_rounds']:.2f} passes "
+                 f"on average (at most {sim['max_rounds']} of {cfg.max_rounds})",
+        holds=sim["removed_flagged"] >= 0.98 and sim["kept"] >= 0.90,
+        criterion=f"flagged contradictions removed >= 98% and known facts kept >= 90% (in <= {cfg.max_rounds} passes)"))
     return claims
 
 
