@@ -22,4 +22,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "loqa",
     "federated",
     "selfcontradiction",
+    "coela",
 )

@@ -1,0 +1,235 @@
+import random
+
+import pytest
+
+from iclr24.coela import (
+    CoELAAgent,
+    HeuristicPlanner,
+    Memory,
+    Plan,
+    RandomPlanner,
+    TransportEnv,
+    build_menu,
+    parse_choice,
+    render_observation,
+    run_episode,
+)
+from iclr24.llm import get_model
+
+
+def _env(**kwargs):
+    env = TransportEnv(**{"n_agents": 2, "n_rooms": 4, "n_objects": 3, "n_containers": 1, "max_steps": 50, **kwargs})
+    env.reset(seed=0)
+    return env
+
+
+def _place(env, item, room):
+    env.location[item] = room
+
+
+# ---- the environment's rules ---------------------------------------------------------------------------------
+
+def test_exploration_reveals_contents_and_grasping_needs_it():
+    env = _env()
+    room = env.state["alice"].room
+    item = env.targets[0]
+    _place(env, item, room)
+    obs = env.observe("alice")
+    assert not obs["explored"] and obs["objects"] == []
+    env.step({"alice": {"type": "grasp", "item": item}, "bob": {"type": "wait"}})
+    assert item not in env.state["alice"].hands                     # not explored yet: cannot grasp
+    obs, *_ = env.step({"alice": {"type": "explore"}, "bob": {"type": "wait"}})
+    assert item in obs["alice"]["objects"] and obs["bob"]["objects"] == []   # exploring is per agent
+    env.step({"alice": {"type": "grasp", "item": item}, "bob": {"type": "wait"}})
+    assert env.state["alice"].hands == [item] and item not in env.location
+
+
+def test_two_hands_and_container_capacity():
+    env = _env(n_objects=5, container_capacity=2)
+    room = env.state["alice"].room
+    for item in [*env.targets, *env.containers]:
+        _place(env, item, room)
+    env.step({"alice": {"type": "explore"}, "bob": {"type": "wait"}})
+    a, b, c, d = env.targets[:4]
+    box = env.containers[0]
+    for item in (box, a):
+        env.step({"alice": {"type": "grasp", "item": item}, "bob": {"type": "wait"}})
+    env.step({"alice": {"type": "grasp", "item": b}, "bob": {"type": "wait"}})
+    assert env.state["alice"].hands == [box, a]                     # both hands full
+    for item in (a, b, c):
+        env.step({"alice": {"type": "put_in", "item": item, "container": box}, "bob": {"type": "wait"}})
+        env.step({"alice": {"type": "grasp", "item": [b, c, d][[a, b, c].index(item)]}, "bob": {"type": "wait"}})
+    assert env.state["alice"].inside[box] == [a, b]                # capacity 2: c stays in the hand
+    assert env.state["alice"].hands == [box, c]
+
+
+def test_delivery_only_in_the_goal_room_and_the_episode_ends():
+    env = _env(n_objects=1, n_containers=0)
+    item, start = env.targets[0], env.state["alice"].room
+    env.goal = next(r for r in env.rooms if r != start)
+    _place(env, item, start)
+    env.step({"alice": {"type": "explore"}, "bob": {"type": "wait"}})
+    env.step({"alice": {"type": "grasp", "item": item}, "bob": {"type": "wait"}})
+    _, reward, *_ = env.step({"alice": {"type": "drop_at_goal"}, "bob": {"type": "wait"}})
+    assert reward["alice"] == 0.0 and env.state["alice"].hands == [item]
+    steps_needed = len(env.path(start, env.goal))
+    for _ in range(steps_needed):
+        env.step({"alice": {"type": "move", "room": env.goal}, "bob": {"type": "wait"}})
+    assert env.state["alice"].room == env.goal
+    _, reward, terminated, truncated, _ = env.step({"alice": {"type": "drop_at_goal"}, "bob": {"type": "wait"}})
+    assert reward == {"alice": 1.0, "bob": 1.0} and all(terminated.values()) and not any(truncated.values())
+    assert env.agents == []
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step({})
+
+
+def test_a_message_costs_the_sender_a_step_and_reaches_the_partner_next():
+    env = _env()
+    room = env.state["alice"].room
+    obs, *_ = env.step({"alice": {"type": "message", "text": "hello"}, "bob": {"type": "move", "room": room}})
+    assert obs["bob"]["messages"] == ["hello"] and obs["alice"]["messages"] == []
+    assert env.steps == 1 and env.last_action["alice"] == "sending a message"
+
+
+def test_moves_follow_the_corridors_and_budget_truncates():
+    env = _env(n_rooms=6, max_steps=3)
+    start = env.state["alice"].room
+    far = max(env.rooms, key=lambda r: len(env.path(start, r)))
+    route = env.path(start, far)
+    env.step({"alice": {"type": "move", "room": far}, "bob": {"type": "wait"}})
+    assert env.state["alice"].room == route[0] and route[0] in env.edges[start]
+    env.step({"alice": {"type": "wait"}, "bob": {"type": "wait"}})
+    _, _, _, truncated, _ = env.step({"alice": {"type": "wait"}, "bob": {"type": "wait"}})
+    assert all(truncated.values())
+
+
+def test_env_is_seeded_and_checks_its_arguments():
+    a, b = TransportEnv(seed=3), TransportEnv(seed=3)
+    assert a.reset()[0] == b.reset()[0] and a.location == b.location
+    assert TransportEnv().reset(seed=4)[0] != TransportEnv().reset(seed=5)[0]
+    with pytest.raises(ValueError, match="n_agents must be 1 or 2"):
+        TransportEnv(n_agents=3)
+    with pytest.raises(ValueError, match="n_rooms must be <= 8"):
+        TransportEnv(n_rooms=9)
+    env = _env()
+    with pytest.raises(ValueError, match="unknown action type 'fly'"):
+        env.step({"alice": {"type": "fly"}})
+    with pytest.raises(ValueError, match="move needs a room of the house"):
+        env.step({"alice": {"type": "move", "room": "attic"}})
+
+
+# ---- memory, menu and parsing ----------------------------------------------------------------------------------
+
+def test_memory_updates_from_observations_and_messages():
+    env = _env()
+    room = env.state["alice"].room
+    item = env.targets[0]
+    other = next(r for r in env.rooms if r != room)
+    _place(env, item, room)
+    for far in env.targets[1:]:
+        _place(env, far, other)
+    mem = Memory("alice")
+    obs, *_ = env.step({"alice": {"type": "explore"}, "bob": {"type": "wait"}})
+    mem.update(obs["alice"])
+    assert mem.seen[item] == room and room in mem.explored and item in mem.news
+    assert mem.partner_seen is not None                           # both agents start in one room
+    mem.read_message(f"I found {env.targets[1]}, {env.targets[2]} in the {other}. I explored the {other}. "
+                     f"I am going to grasp {env.targets[1]}.")
+    assert mem.seen[env.targets[1]] == other and mem.seen[env.targets[2]] == other
+    assert other in mem.partner_explored and mem.partner_claims == {env.targets[1]}
+    env.step({"alice": {"type": "grasp", "item": item}, "bob": {"type": "wait"}})
+    obs, *_ = env.step({"alice": {"type": "wait"}, "bob": {"type": "wait"}})
+    mem.update(obs["alice"])
+    assert item not in mem.seen and mem.holding == [item]
+    mem.step += 11
+    assert mem.partner_claims == set()                            # claims expire
+
+
+def test_menu_offers_what_memory_allows():
+    mem = Memory("alice", rooms=["kitchen", "office", "bedroom"], goal="bedroom", targets=["apple", "pen"],
+                 room="kitchen", seen={"apple": "office", "box": "kitchen"}, containers={"box"})
+    menu = build_menu(mem, communicate=True)
+    described = [p.describe(mem.goal) for p in menu]
+    assert described == ["send a message", "go grasp target object apple", "go grasp container box",
+                         "go to office", "go to bedroom", "explore current room kitchen"]
+    mem.holding, mem.inside, mem.actions = ["box", "pen"], {"box": []}, ["send a message"]
+    described = [p.describe(mem.goal) for p in build_menu(mem, communicate=True)]
+    assert "send a message" not in described                       # not twice in a row
+    assert "put pen into the container box" in described and "transport held objects to the bedroom" in described
+    assert not any(d.startswith("go grasp") for d in described)   # both hands full
+
+
+def test_parse_choice_fallbacks_in_order():
+    options = ["send a message", "go grasp target object apple", "go to office"]
+    rng = random.Random(0)
+    assert parse_choice("go grasp target object apple.", options, rng) == (1, "exact")
+    assert parse_choice("B", options, rng) == (1, "letter")
+    assert parse_choice("The answer is C because it is close.", options, rng) == (2, "letter")
+    assert parse_choice("go grasp the apple object", options, rng) == (1, "fuzzy")
+    index, rule = parse_choice("I like turtles", options, rng)
+    assert rule == "random" and 0 <= index < 3
+
+
+def test_llm_planner_prompt_and_parse_counts_with_a_scripted_model():
+    def reply(prompt, i):
+        text = prompt[-1]["content"] if not isinstance(prompt, str) else prompt
+        if "Write one short message" in text:
+            return "I found nothing yet."
+        options = [line for line in text.splitlines() if len(line) > 3 and line[1:3] == ". "]
+        explore = next((line[0] for line in options if "explore current room" in line), None)
+        return explore or "whatever"
+
+    llm = get_model("scripted", outputs=reply)
+    env = _env()
+    agent = CoELAAgent(llm, communicate=False, cot=False, name="alice", seed=0)
+    partner = CoELAAgent(planner=HeuristicPlanner(), communicate=False, name="bob")
+    episode = run_episode(env, [agent, partner], seed=0)
+    assert agent.parse_counts["letter"] >= 1 and agent.llm_calls == len(llm.calls)
+    first = llm.calls[0]["prompt"][-1]["content"]
+    assert "Available plans:" in first and "A. " in first and "Goal: transport" in first
+    assert episode.transcript[0][2].startswith("exploring")          # the scripted choice was executed
+
+
+def test_chain_of_thought_asks_twice():
+    replies = iter(["Let me think: exploring first is best.", "A"] * 50)
+    llm = get_model("scripted", outputs=lambda prompt, i: next(replies))
+    agent = CoELAAgent(llm, communicate=False, cot=True, name="alice")
+    env = TransportEnv(n_agents=1, n_rooms=3, n_objects=1, n_containers=0, max_steps=2)
+    run_episode(env, [agent], seed=1)
+    assert len(llm.calls) >= 2 and llm.calls[1]["prompt"][1]["role"] == "assistant"
+    assert "Let's think step by step" in llm.calls[0]["prompt"][0]["content"]
+
+
+# ---- episodes and baselines --------------------------------------------------------------------------------------
+
+def test_heuristic_pair_is_deterministic_and_beats_one_agent_and_random():
+    def mean_steps(n_agents, planner, comm=False):
+        total = 0
+        for seed in range(8):
+            env = TransportEnv(n_agents=n_agents, n_rooms=6, n_objects=6, n_containers=2, max_steps=200)
+            agents = [CoELAAgent(planner=planner(seed), communicate=comm, name=a, seed=seed)
+                      for a in env.possible_agents]
+            episode = run_episode(env, agents, seed)
+            assert episode.transport_rate == 1.0 or planner is not HeuristicPlanner
+            total += episode.steps
+        return total / 8
+
+    heuristic = lambda seed: HeuristicPlanner()  # noqa: E731
+    pair, single = mean_steps(2, heuristic), mean_steps(1, heuristic)
+    assert pair < 0.85 * single
+    assert mean_steps(2, heuristic) == pair                        # deterministic
+    assert mean_steps(2, lambda seed: RandomPlanner(seed)) > 2 * pair
+    assert mean_steps(2, heuristic, comm=True) < 200               # messages never deadlock the pair
+
+
+def test_agent_arguments():
+    with pytest.raises(ValueError, match="needs an llm or a planner"):
+        CoELAAgent()
+    with pytest.raises(ValueError, match="choice must be 'generate' or 'score'"):
+        CoELAAgent(planner=HeuristicPlanner(), choice="vote")
+    env = TransportEnv(n_agents=2)
+    with pytest.raises(ValueError, match="env has 2 agents, got 1"):
+        run_episode(env, [CoELAAgent(planner=HeuristicPlanner())], seed=0)
+    assert Plan("transport").describe("kitchen") == "transport held objects to the kitchen"
+    text = render_observation(_env().observe("alice"))
+    assert "I have not explored this room yet." in text and "I hold nothing." in text
