@@ -27,7 +27,7 @@ from iclr24.llm import LoggedModel, get_model
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=1)
-    parser.add_argument("--max-steps", type=int, default=60)
+    parser.add_argument("--max-steps", type=int, default=40)
     parser.add_argument("--cot", action="store_true")
     parser.add_argument("--llm", default=None)
     args = parser.parse_args()
@@ -37,8 +37,8 @@ def main() -> None:
     for seed in range(args.episodes):
         env_kwargs = dict(n_agents=2, n_rooms=6, n_objects=6, n_containers=2, max_steps=args.max_steps)
         start = time.perf_counter()
-        heuristic = run_episode(TransportEnv(**env_kwargs), [CoELAAgent(planner=HeuristicPlanner(), name=a)
-                                                              for a in ("alice", "bob")], seed)
+        heuristic = run_episode(TransportEnv(**env_kwargs), [CoELAAgent(planner=HeuristicPlanner(), communicate=False,
+                                                                         name=a) for a in ("alice", "bob")], seed)
         rule_seconds = time.perf_counter() - start
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "calls.jsonl"

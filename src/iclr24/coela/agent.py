@@ -86,13 +86,13 @@ class Memory:
                     self.news.add(item)
                 self.seen[item] = self.room
             self.containers |= set(obs["containers"])
-        for item in [*self.holding, *self.delivered]:
-            self.seen.pop(item, None)
         if obs["partner"]:
             self.partner_seen = (obs["partner"]["room"], obs["partner"]["doing"], obs["step"])
         for text in obs["messages"]:
             self.dialogue.append(("partner", text))
             self.read_message(text)
+        for item in [*self.holding, *self.delivered]:          # after the messages: they may be stale
+            self.seen.pop(item, None)
 
     def read_message(self, text: str) -> None:
         """Take what the template sentences of a message say: found items, explored rooms, claims."""
@@ -106,7 +106,7 @@ class Memory:
         for group in re.findall(r"going to grasp (?:target objects? |containers? )?([\w ,]+)", text):
             for item in re.split(r",\s*|\s+and\s+", group):
                 if item.strip():
-                    self.claims[item.strip()] = self.step
+                    self.claims[item.strip()] = self.step - 1    # sent in the previous step
 
     @property
     def partner_claims(self) -> set[str]:
@@ -153,15 +153,24 @@ def build_menu(memory: Memory, *, communicate: bool, capacity: int = 3) -> list[
 
 
 def parse_choice(reply: str, options: list[str], rng: random.Random) -> tuple[int, str]:
-    """The option a free-text reply picks, and which rule fired: exact, letter, fuzzy or random."""
+    """The option a free-text reply picks, and which rule fired: exact, letter, fuzzy or random.
+
+    Letters are read from "answer/option/plan is X" first, then from a capital letter standing alone or
+    followed by ``.``, ``)`` or ``:`` ("B", "B. go to office", "(B)"), so the word "I" or "A" opening a
+    sentence is not an option.
+    """
+    if not isinstance(reply, str):
+        raise TypeError(f"reply must be a str, got {type(reply).__name__}")
+    if not options or len(options) > len(LETTERS):
+        raise ValueError(f"options must hold 1 to {len(LETTERS)} plans, got {len(options)}")
     text = reply.strip().lower().rstrip(".")
     for i, option in enumerate(options):
         if text == option.lower() or text.endswith(f". {option.lower()}"):
             return i, "exact"
     letters = LETTERS[: len(options)]
-    match = (re.match(rf"^\W*(?:option\s+)?([{letters}])\b", reply.strip(), re.IGNORECASE)
-             or re.search(rf"\b(?:option|answer(?: is)?|choose|plan)\W+([{letters}])\b", reply, re.IGNORECASE)
-             or re.search(rf"\b([{letters}])\.\s", reply))
+    match = (re.search(rf"\b(?:option|answer|choose|choice|plan)(?: is)?\W{{0,3}}\(?([{letters}])\b", reply,
+                       re.IGNORECASE)
+             or re.search(rf"(?:^|[\s(])([{letters}])(?:[.):]|\s*$)", reply.strip()))
     if match and match.group(1).upper() in letters:
         return letters.index(match.group(1).upper()), "letter"
     close = difflib.get_close_matches(text, [o.lower() for o in options], n=1, cutoff=0.6)
@@ -185,9 +194,11 @@ class RandomPlanner:
 class HeuristicPlanner:
     """MHP-like rules over the agent's memory (the paper's hand-written baseline, in spirit).
 
-    Tell the partner about new finds (when communicating); put a loose target into a held container;
-    transport when the hands are full or nothing unclaimed is known; take a container met on the way;
-    fetch the nearest known, unclaimed target; explore the current room; go to the nearest unexplored one.
+    Tell the partner about new targets (when communicating); put a loose target into a held container;
+    transport when the hands are full or nothing unclaimed is known; fetch the nearest known, unclaimed
+    target; explore the current room; go to the nearest unexplored one. It does not fetch containers: in
+    these houses the extra grasp and put-in steps cost more than they save. It reads distances from the
+    house's map (``env.path``), which the agents do not observe: a baseline with an advantage.
     """
 
     name = "heuristic"
@@ -212,7 +223,6 @@ class HeuristicPlanner:
         full = len(mem.holding) >= 2 and not any(p.kind == "put_in" for p in menu)
         if mem.held_targets() and (full or not free):
             order.append(first(lambda p: p.kind == "transport"))
-        order.append(first(lambda p: p.kind == "grasp" and p.container and mem.seen.get(p.target) == mem.room))
         if free:
             nearest = min(free, key=lambda p: (distance(mem.seen[p.target]), p.target))
             order.append(menu.index(nearest))
@@ -292,7 +302,8 @@ class CoELAAgent:
         return {"type": "wait"}
 
     def choose_plan(self) -> Plan:
-        menu = build_menu(self.memory, communicate=self.communicate, capacity=self.env.container_capacity)
+        menu = build_menu(self.memory, communicate=self.communicate and len(self.env.possible_agents) > 1,
+                          capacity=self.env.container_capacity)
         if self.planner is not None:
             return menu[self.planner.choose(self, menu)]
         options = [p.describe(self.memory.goal) for p in menu]

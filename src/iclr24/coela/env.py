@@ -131,6 +131,11 @@ class TransportEnv:
     def step(self, actions: dict):
         if not self.agents:
             raise RuntimeError("the episode is over: call reset()")
+        if not isinstance(actions, dict):
+            raise TypeError(f"actions must be a dict of agent name to action, got {type(actions).__name__}")
+        unknown = sorted(set(actions) - set(self.agents))
+        if unknown:
+            raise ValueError(f"actions name agents {unknown} that are not in the episode {self.agents}")
         for agent in self.agents:
             self.inbox[agent] = []
         before = len(self.delivered)

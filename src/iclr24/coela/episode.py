@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from iclr24.coela.env import TransportEnv
 
-__all__ = ["Episode", "run_episode"]
+__all__ = ["Episode", "parse_failure_rate", "run_episode"]
 
 
 @dataclass
@@ -26,16 +26,24 @@ class Episode:
     @property
     def parse_failure_rate(self) -> float:
         """Plans whose reply matched no option and were picked at random, over all LLM-parsed plans."""
-        parsed = sum(v for k, v in self.parse_counts.items() if k != "scored")
-        return self.parse_counts["random"] / parsed if parsed else 0.0
+        return parse_failure_rate(self.parse_counts)
+
+
+def parse_failure_rate(counts: Counter) -> float:
+    """``random`` over the plans read from free text (``scored`` plans need no parsing)."""
+    parsed = sum(v for k, v in counts.items() if k != "scored")
+    return counts["random"] / parsed if parsed else 0.0
 
 
 def run_episode(env: TransportEnv, agents: list, seed: int) -> Episode:
     """Play one episode of ``env`` (reset with ``seed``) with one agent per ``env.possible_agents``."""
     if len(agents) != len(env.possible_agents):
         raise ValueError(f"env has {len(env.possible_agents)} agents, got {len(agents)} agent objects")
+    if len({id(a) for a in agents}) != len(agents):
+        raise ValueError("agents must be distinct objects: one agent cannot play two roles")
     observations, _ = env.reset(seed=seed)
-    for agent in agents:
+    for name, agent in zip(env.possible_agents, agents):
+        agent.name = name                                  # the env's name for it, in prompts and dialogue
         agent.reset(env)
     by_name = dict(zip(env.possible_agents, agents))
     transcript, messages, finished = [], 0, False

@@ -9,6 +9,7 @@ of targets transported, per method.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 import matplotlib
@@ -18,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.coela.agent import CoELAAgent, HeuristicPlanner, RandomPlanner  # noqa: E402
 from iclr24.coela.env import TransportEnv  # noqa: E402
-from iclr24.coela.episode import Episode, run_episode  # noqa: E402
+from iclr24.coela.episode import Episode, parse_failure_rate, run_episode  # noqa: E402
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
 
 PAPER = "Building Cooperative Embodied Agents Modularly with Large Language Models (Zhang et al., ICLR 2024)"
@@ -38,14 +39,16 @@ class Config:
     llm_episodes: int = 1
     llm_max_steps: int = 40
     cot: bool = False
-    allow_zero = ("llm_episodes",)
-
     def __post_init__(self) -> None:
         for name in ("episodes", "rooms", "objects", "max_steps", "llm_max_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.llm_episodes < 0 or self.llm_episodes > self.episodes:
-            raise ValueError(f"llm_episodes must be in [0, episodes={self.episodes}], got {self.llm_episodes}")
+        if not 2 <= self.rooms <= 8 or self.objects > 16 or not 0 <= self.containers <= 5:
+            raise ValueError(f"rooms must be in [2, 8], objects <= 16 and containers in [0, 5], got {self.rooms}, "
+                             f"{self.objects} and {self.containers}")
+        if not 1 <= self.llm_episodes <= self.episodes:
+            raise ValueError(f"llm_episodes must be in [1, episodes={self.episodes}] (the LLM claim needs one), "
+                             f"got {self.llm_episodes}")
 
 
 PRESETS = {
@@ -92,25 +95,24 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     for name, episodes in runs.items():
         ctx.log(f"{name}: {statistics.fmean(e.steps for e in episodes):.1f} steps, transport "
                 f"{statistics.fmean(e.transport_rate for e in episodes):.2f}")
-    llm_runs, baseline_short, llm_name = [], [], "not run"
-    if cfg.llm_episodes:
-        from iclr24.llm import LoggedModel, get_model
+    from iclr24.llm import LoggedModel, get_model
 
-        llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
-        llm_name = llm.name
-        with ctx.progress("coela llm episodes", total=cfg.llm_episodes) as bar:
-            for seed in seeds[: cfg.llm_episodes]:
-                env = _env(cfg, 2, cfg.llm_max_steps)
-                agents = [CoELAAgent(llm, communicate=True, cot=cfg.cot, name=a, seed=seed)
-                          for a in env.possible_agents]
-                llm_runs.append(run_episode(env, agents, seed))
-                env = _env(cfg, 2, cfg.llm_max_steps)      # the baseline under the same step budget
-                baseline_short.append(run_episode(env, [CoELAAgent(planner=HeuristicPlanner(), communicate=False,
-                                                                   name=a, seed=seed) for a in env.possible_agents],
-                                                  seed))
-                bar.advance()
-        e = llm_runs[-1]
-        ctx.log(f"CoELA ({llm_name}): {e.steps} steps, transport {e.transport_rate:.2f}, parse {dict(e.parse_counts)}")
+    llm_runs, baseline_short = [], []
+    llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
+    llm_name = llm.name
+    with ctx.progress("coela llm episodes", total=cfg.llm_episodes) as bar:
+        for seed in seeds[: cfg.llm_episodes]:
+            env = _env(cfg, 2, cfg.llm_max_steps)
+            agents = [CoELAAgent(llm, communicate=True, cot=cfg.cot, name=a, seed=seed)
+                      for a in env.possible_agents]
+            llm_runs.append(run_episode(env, agents, seed))
+            env = _env(cfg, 2, cfg.llm_max_steps)      # the baseline under the same step budget
+            baseline_short.append(run_episode(env, [CoELAAgent(planner=HeuristicPlanner(), communicate=False,
+                                                               name=a, seed=seed) for a in env.possible_agents],
+                                              seed))
+            bar.advance()
+    e = llm_runs[-1]
+    ctx.log(f"CoELA ({llm_name}): {e.steps} steps, transport {e.transport_rate:.2f}, parse {dict(e.parse_counts)}")
 
     def mean(episodes, key):
         return statistics.fmean(getattr(e, key) for e in episodes)
@@ -123,7 +125,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         metrics[f"transport_rate/{key}"] = mean(episodes, "transport_rate")
         metrics[f"messages/{key}"] = mean(episodes, "messages")
     if llm_runs:
-        metrics["coela/parse_failure_rate"] = statistics.fmean(e.parse_failure_rate for e in llm_runs)
+        metrics["coela/parse_failure_rate"] = parse_failure_rate(sum((e.parse_counts for e in llm_runs), Counter()))
         metrics["coela/llm_calls_per_episode"] = mean(llm_runs, "llm_calls")
     claims = _claims(cfg, runs, llm_runs, baseline_short, llm_name)
     tables = {"methods": [{"method": name, "episodes": len(eps), "steps": round(mean(eps, "steps"), 1),
@@ -159,7 +161,7 @@ def _claims(cfg: Config, runs, llm_runs, baseline_short, llm_name: str) -> list[
         base_rate = statistics.fmean(e.transport_rate for e in baseline_short)
         llm_steps = statistics.fmean(e.steps for e in llm_runs)
         base_steps = statistics.fmean(e.steps for e in baseline_short)
-        failure = statistics.fmean(e.parse_failure_rate for e in llm_runs)
+        failure = parse_failure_rate(sum((e.parse_counts for e in llm_runs), Counter()))
         claims.append(Claim(
             CLAIM_LLM, paper="GPT-4-driven CoELA surpasses the MHP and RHP planners (TDW-MAT transport rate, C-WAH "
                              "steps); LLaMA-2 underperforms",
