@@ -294,6 +294,12 @@ def test_agent_arguments():
         CoELAAgent()
     with pytest.raises(ValueError, match="choice must be 'generate' or 'score'"):
         CoELAAgent(planner=HeuristicPlanner(), choice="vote")
+    with pytest.raises(TypeError, match="planner must have choose"):
+        CoELAAgent(planner=object())
+    with pytest.raises(TypeError, match="cot must be a bool"):
+        CoELAAgent(planner=HeuristicPlanner(), cot="yes")
+    with pytest.raises(RuntimeError, match="call reset"):
+        CoELAAgent(planner=HeuristicPlanner()).act({})
     env = TransportEnv(n_agents=2)
     with pytest.raises(ValueError, match="env has 2 agents, got 1"):
         run_episode(env, [CoELAAgent(planner=HeuristicPlanner())], seed=0)

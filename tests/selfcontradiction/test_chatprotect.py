@@ -364,3 +364,12 @@ def test_public_boundary_rejects_bad_input():
         precision_recall_f1([0.1], [True], float("nan"))
     with pytest.raises(TypeError, match="labels must be bools"):
         precision_recall_f1([0.1], [2], 0.5)
+
+
+def test_a_revision_that_returns_the_sentence_is_reported_unchanged():
+    analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt else "")
+    generator = scripted(lambda prompt, i: field(prompt, "Sentence") if "Conflicting statement:" in prompt
+                         else "Kalo was founded in 1999.")
+    report = ChatProtect(generator, analyzer, reviser=generator, n_votes=1, max_rounds=2).mitigate(
+        "q", "Kalo was founded in 1642.")
+    assert [c.action for c in report.checks if c.flagged] == ["unchanged", "removed"]

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from iclr24.coela.env import render_observation
+from iclr24.core import check_int
 
 __all__ = ["CoELAAgent", "HeuristicPlanner", "Memory", "Plan", "RandomPlanner", "build_menu", "parse_choice"]
 
@@ -270,6 +271,16 @@ class CoELAAgent:
             raise ValueError("CoELAAgent needs an llm or a planner")
         if choice not in ("generate", "score"):
             raise ValueError(f"choice must be 'generate' or 'score', got {choice!r}")
+        if planner is not None and not callable(getattr(planner, "choose", None)):
+            raise TypeError(f"planner must have choose(agent, menu), got {type(planner).__name__}")
+        if llm is not None and planner is None and not callable(getattr(llm, "generate", None)):
+            raise TypeError(f"llm must be a language model with generate() (iclr24.llm), got {type(llm).__name__}")
+        for flag, value in (("communicate", communicate), ("cot", cot)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be a bool, got {value!r}")
+        seed = check_int("seed", seed)
+        message_tokens = check_int("message_tokens", message_tokens, minimum=1)
+        reasoning_tokens = check_int("reasoning_tokens", reasoning_tokens, minimum=1)
         self.llm, self.planner, self.communicate, self.cot, self.choice = llm, planner, communicate, cot, choice
         self.name, self.rng = name, random.Random(seed)
         self.message_tokens, self.reasoning_tokens = message_tokens, reasoning_tokens
@@ -287,6 +298,8 @@ class CoELAAgent:
     # -- the step loop -----------------------------------------------------------------------------------------
     def act(self, obs: dict) -> dict:
         """Perception, then (when the current plan is done) Planning, then Execution: one primitive action."""
+        if self.env is None:
+            raise RuntimeError("call reset(env) (or run_episode) before act()")
         self.memory.update(obs)
         self.last_observation = obs
         for _ in range(3):                      # a plan that is already done or impossible yields a new one

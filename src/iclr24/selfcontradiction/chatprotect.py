@@ -200,7 +200,8 @@ class Trigger:
 
 @dataclass(frozen=True)
 class SentenceCheck:
-    """One checked pair and what mitigation did with its sentence: kept, revised or removed."""
+    """One checked pair and what mitigation did with its sentence: kept (not flagged), revised, unchanged
+    (flagged, but the reviser returned the same sentence) or removed."""
 
     round: int
     trigger: Trigger
@@ -340,9 +341,10 @@ class ChatProtect:
                             break
                         sentence = self.revise(prompt, c.trigger, sentence)
                     sentences[index] = sentence
-                    group = [SentenceCheck(c.round, c.trigger, c.detection, True,
-                                           "revised" if sentence else "removed", sentence) if c.flagged else c
-                             for c in group]
+                    action = "removed" if not sentence else (
+                        "unchanged" if sentence == group[0].trigger.sentence else "revised")
+                    group = [SentenceCheck(c.round, c.trigger, c.detection, True, action, sentence) if c.flagged
+                             else c for c in group]
                 report.checks.extend(group)
             report.text = " ".join(s for s in sentences if s)
             if not report.text:
