@@ -194,6 +194,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             diff = _flower_check(cfg, seeds[0])
         except ImportError as err:
             ctx.log(f"Flower check skipped: {err}")
+        except Exception as err:  # noqa: BLE001 - Ray failing to start (e.g. inside a Ray worker) must not
+            # cost the reproduction its measured claims; the failure is logged and noted
+            ctx.log(f"Flower check failed: {err!r}")
+            notes += f" The Flower simulation check failed here ({type(err).__name__}); see log.txt."
         else:
             metrics["flower_vs_inprocess_max_abs_diff"] = diff
             ctx.log(f"Flower simulation ({cfg.flower_clients} clients, weighted FedAvg) vs the in-process loop: "
