@@ -344,10 +344,9 @@ class CoELAAgent:
         return menu[index]
 
     def _score_letters(self, prompt: str, n: int) -> int:
-        from iclr24.llm import format_chat
+        from iclr24.llm import reply_logprobs
 
-        text = (format_chat(self.llm, [{"role": "user", "content": prompt}]) or prompt)
-        logprobs = self.llm.next_token_logprobs(self.llm.tokenize(text))
+        logprobs = reply_logprobs(self.llm, [{"role": "user", "content": prompt}])
         self.llm_calls += 1
         scores = [float(logprobs[self.llm.tokenize(letter)[0]]) for letter in LETTERS[:n]]
         return max(range(n), key=lambda i: scores[i])

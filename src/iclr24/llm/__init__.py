@@ -26,8 +26,9 @@ from iclr24.llm.base import (
     generate_batch,
     get_model,
     load_torch_model,
+    reply_logprobs,
     with_system,
 )
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "format_chat",
-           "generate_batch", "get_model", "load_torch_model", "with_system"]
+           "generate_batch", "get_model", "load_torch_model", "reply_logprobs", "with_system"]

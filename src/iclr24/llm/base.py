@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
            "check_model_spec",
            "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "sample_token",
-           "with_system"]
+           "with_system", "reply_logprobs"]
 
 Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
 
@@ -176,6 +176,14 @@ def format_chat(model: LanguageModel, messages: Sequence[dict[str, str]]) -> str
         return render(messages)
     except ValueError:  # the model has no chat template
         return None
+
+
+def reply_logprobs(model: LanguageModel, messages: Sequence[dict[str, str]]):
+    """The next-token log-probabilities at the start of the assistant's reply to chat ``messages``: the
+    messages rendered by the model's chat template (their contents joined by newlines when it has none),
+    then one ``next_token_logprobs`` call. For backends with ``capabilities.full_logits``."""
+    text = format_chat(model, messages) or "\n".join(m["content"] for m in messages)
+    return model.next_token_logprobs(model.tokenize(text))
 
 
 def generate_batch(model: LanguageModel, prompts: Sequence[Prompt], *, max_tokens: int = 256,

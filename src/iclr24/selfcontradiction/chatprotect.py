@@ -89,11 +89,9 @@ def yes_probability(llm, prompt) -> float:
     """
     caps = getattr(llm, "capabilities", None)
     if caps is not None and caps.full_logits:
-        from iclr24.llm import format_chat
+        from iclr24.llm import reply_logprobs
 
-        messages = as_chat(prompt)
-        text = format_chat(llm, messages) or "\n".join(m["content"] for m in messages)
-        logprobs = llm.next_token_logprobs(llm.tokenize(text))
+        logprobs = reply_logprobs(llm, as_chat(prompt))
 
         def first_ids(word: str) -> set[int]:
             return {ids[0] for ids in (llm.tokenize(word), llm.tokenize(" " + word)) if ids}
@@ -150,7 +148,7 @@ class ContradictionDetector:
         self.calls = 0
 
     def detect(self, context: str, a: str, b: str) -> Detection:
-        _check_statements(context, a, b)
+        check_statements(context, a, b)
         if " ".join(a.split()).lower() == " ".join(b.split()).lower():
             return Detection(0.0, "the statements are identical", (), "identical")    # no call needed
         question = {"role": "user", "content": EXPLAIN_PROMPT.format(context=context.strip() or "(none)",
@@ -179,7 +177,7 @@ def _require_model(name: str, model) -> None:
         raise TypeError(f"{name} must be a language model with generate() (iclr24.llm), got {type(model).__name__}")
 
 
-def _check_statements(context, a, b) -> None:
+def check_statements(context, a, b) -> None:
     if not isinstance(context, str):
         raise TypeError(f"context must be a str, got {type(context).__name__}")
     for name, text in (("a", a), ("b", b)):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from iclr24.core import check_int, check_number
-from iclr24.selfcontradiction.chatprotect import Detection, _check_statements, as_chat, parse_yes_no, yes_probability
+from iclr24.selfcontradiction.chatprotect import Detection, as_chat, check_statements, parse_yes_no, yes_probability
 
 __all__ = ["LabelledPair", "SelfCheckDetector", "load_pairs", "precision_recall_f1", "score_pairs"]
 
@@ -61,7 +61,7 @@ class SelfCheckDetector:
         self.calls = 0
 
     def detect(self, context: str, a: str, b: str) -> Detection:
-        _check_statements(context, a, b)
+        check_statements(context, a, b)
         if self.analyzer is None:
             return Detection(1.0 - _overlap_f1(a, b), method="word-overlap")
         prompt = SELFCHECK_PROMPT.format(sample=b.strip(), sentence=a.strip())
