@@ -23,4 +23,5 @@ METHOD_PACKAGES: tuple[str, ...] = (
     "federated",
     "selfcontradiction",
     "coela",
+    "meta_vbo",
 )
