@@ -50,6 +50,9 @@ def test_copied_hyperparameters_reproduce_the_fitted_model():
     few = fit_risk_model(x[:5], z[:5], y[:5], BOX, (0.0, 1.0), hyperparameters=fitted)
     assert torch.equal(few.covar_module.lengthscale, fitted.covar_module.lengthscale)
     assert few.posterior(probe).variance.sum() > a.variance.sum()
+    # its targets are standardised by the copied statistics, so it still interpolates its 5 observations
+    at_data = few.posterior(torch.cat([x[:5], z[:5, None]], 1)).mean.squeeze(-1)
+    assert torch.allclose(at_data, y[:5], atol=0.05 * float(y.std()))
 
 
 def test_risk_bounds_cover_the_risk_of_a_function_drawn_from_the_gp_prior():
@@ -96,6 +99,25 @@ def test_vucb_queries_the_upper_bound_maximiser_and_its_lacing_value(target_mode
     assert query.regret_bound == pytest.approx(6 * bounds.std[query.x_index, query.z_index].item())
     by_prob = VUCB(target_model, Z, alpha=0.1, z_selection="max_prob").next_query(candidates=GRID)
     assert bounds.lacing[by_prob.x_index, by_prob.z_index]
+
+
+def test_the_queried_z_is_the_most_uncertain_lacing_value_not_the_most_uncertain_z():
+    from iclr24.meta_vbo import select_lacing_value
+
+    # only z1 laces (see test_risk); z2 and z3 are far more uncertain
+    lower = torch.tensor([[0.0, 1.0, 2.0, 3.0]], dtype=torch.float64)
+    upper = torch.tensor([[1.2, 1.4, 9.0, 10.0]], dtype=torch.float64)
+    weights = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    lacing, z_index = select_lacing_value(lower, upper, (upper - lower) / 6, weights, 0.3)
+    assert lacing.tolist() == [[False, True, False, False]] and z_index.tolist() == [1]
+    # two lacing values: max_std takes the wider, max_prob the more probable
+    lower = torch.tensor([[0.0, 0.0, 2.0]], dtype=torch.float64)
+    upper = torch.tensor([[5.0, 3.0, 9.0]], dtype=torch.float64)
+    weights = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    std = (upper - lower) / 6
+    assert select_lacing_value(lower, upper, std, weights, 0.5)[0].tolist() == [[True, True, False]]
+    assert select_lacing_value(lower, upper, std, weights, 0.5)[1].tolist() == [0]
+    assert select_lacing_value(lower, upper, std, weights, 0.5, z_selection="max_prob")[1].tolist() == [1]
 
 
 def handmade_bounds(rho_upper, rho_lower, width):

@@ -36,6 +36,7 @@ _LAZY = {
     "no_regret_set": "iclr24.meta_vbo.acquisition",
     "probable_maximizers": "iclr24.meta_vbo.acquisition",
     "risk_bounds": "iclr24.meta_vbo.acquisition",
+    "select_lacing_value": "iclr24.meta_vbo.acquisition",
     "METHODS": "iclr24.meta_vbo.loop",
     "RiskOptimization": "iclr24.meta_vbo.loop",
     "optimize_risk": "iclr24.meta_vbo.loop",

@@ -54,7 +54,7 @@ from iclr24.core.checks import check_int, check_number, check_tensor
 from iclr24.meta_vbo.risk import RISK_MEASURES, lacing_values, risk_measure
 
 __all__ = ["MetaVBO", "PriorTask", "RiskBounds", "RiskQuery", "VUCB", "Z_SELECTIONS", "fit_risk_model",
-           "local_maxima", "no_regret_set", "probable_maximizers", "risk_bounds"]
+           "local_maxima", "no_regret_set", "probable_maximizers", "risk_bounds", "select_lacing_value"]
 
 Z_SELECTIONS = ("max_std", "max_prob")
 _CHUNK = 2048  # candidates per posterior call
@@ -134,6 +134,7 @@ def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: 
                         f"columns, got {type(hyperparameters).__name__}")
     model.load_state_dict(hyperparameters.state_dict(), strict=False)
     # the targets were standardised by this data's statistics at construction; redo it with the copied ones
+    # (BoTorch 0.18's load_state_dict already does; older releases left the construction-time targets)
     model.outcome_transform.eval()
     targets, _ = model.outcome_transform(y.unsqueeze(1))
     model.set_train_data(targets=targets.squeeze(-1), strict=False)
@@ -222,12 +223,22 @@ def risk_bounds(model: Model, x: torch.Tensor, z_values: torch.Tensor, z_weights
         raise ValueError(f"z_selection must be one of {Z_SELECTIONS}, got {z_selection!r}")
     mean, std = _posterior_grid(model, x, z_values)
     lower, upper = mean - math.sqrt(beta) * std, mean + math.sqrt(beta) * std
-    lacing = lacing_values(lower, upper, alpha, weights, measure)
-    score = std if z_selection == "max_std" else weights.expand_as(std)
-    z_index = score.masked_fill(~lacing, -math.inf).argmax(-1)
+    lacing, z_index = select_lacing_value(lower, upper, std, weights, alpha, measure, z_selection)
     width = (upper - lower).gather(-1, z_index.unsqueeze(-1)).squeeze(-1)
     return RiskBounds(lower, upper, std, risk_measure(lower, alpha, weights, measure),
                       risk_measure(upper, alpha, weights, measure), lacing, z_index, width)
+
+
+def select_lacing_value(lower: torch.Tensor, upper: torch.Tensor, std: torch.Tensor, weights: torch.Tensor,
+                        alpha: float, measure: str = "var",
+                        z_selection: str = "max_std") -> tuple[torch.Tensor, torch.Tensor]:
+    """The lacing values of each row of bounds ``(..., n_z)`` and the one to query: the largest ``std``
+    (``"max_std"``) or the largest weight (``"max_prob"``) among them. Returns (lacing mask, z index)."""
+    if z_selection not in Z_SELECTIONS:
+        raise ValueError(f"z_selection must be one of {Z_SELECTIONS}, got {z_selection!r}")
+    lacing = lacing_values(lower, upper, alpha, weights, measure)
+    score = std if z_selection == "max_std" else weights.expand_as(std)
+    return lacing, score.masked_fill(~lacing, -math.inf).argmax(-1)
 
 
 def probable_maximizers(bounds: RiskBounds) -> torch.Tensor:
