@@ -134,7 +134,7 @@ def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: 
                         f"columns, got {type(hyperparameters).__name__}")
     model.load_state_dict(hyperparameters.state_dict(), strict=False)
     # the targets were standardised by this data's statistics at construction; redo it with the copied ones
-    # (BoTorch 0.18's load_state_dict already does; older releases left the construction-time targets)
+    # (BoTorch 0.18's load_state_dict does this too; done here so as not to depend on it)
     model.outcome_transform.eval()
     targets, _ = model.outcome_transform(y.unsqueeze(1))
     model.set_train_data(targets=targets.squeeze(-1), strict=False)
