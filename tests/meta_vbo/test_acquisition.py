@@ -218,6 +218,10 @@ def test_meta_vbo_over_a_box_draws_candidates(target_model, prior_at_08):
     (lambda m: fit_risk_model(GRID[:1], Z[:1], Z[:1]), "at least 2"),
     (lambda m: fit_risk_model(GRID[:3], Z[:2], Z[:3]), "same number"),
     (lambda m: fit_risk_model(GRID[:3], Z[:3], Z[:3], hyperparameters="fitted"), "hyperparameters"),
+    (lambda m: fit_risk_model(GRID[:3], Z[:3], Z[:3], torch.tensor([[1.0], [0.0]])), "x_bounds"),
+    (lambda m: VUCB(m, Z).next_query(candidates=torch.rand(4, 3, dtype=torch.float64)), "3"),
+    (lambda m: VUCB(m, Z).next_query(bounds=torch.tensor([[0.0, 0.0], [1.0, 1.0]])), "bounds"),
+    (lambda m: MetaVBO(m, [PriorTask(torch.rand(5, 2), Z[:5], Z[:5])], Z), r"prior_tasks\[0\].x"),
 ])
 def test_bad_input_is_named(target_model, call, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -71,6 +71,8 @@ def test_a_box_domain_and_refitted_hyperparameters(problem):
     (dict(n_initial=1), "n_initial"),
     (dict(candidates=None), "exactly one"),
     (dict(method="random", z_weights=torch.ones(3)), "z_weights"),
+    (dict(method="random", risk_fn=lambda x: torch.zeros(len(x) + 1)), "risk_fn"),
+    (dict(method="random", optimum=float("nan")), "optimum"),
     (dict(objective=lambda x, z: torch.full((len(x),), float("nan"))), "objective"),
     (dict(objective=lambda x, z: torch.zeros(len(x) + 1)), "objective"),
 ])

@@ -110,6 +110,7 @@ def test_a_lacing_value_always_exists_and_its_interval_spans_the_risk_interval(n
     (lambda: value_at_risk(VALUES, 0.1, torch.ones(5)), "weights"),
     (lambda: risk_measure(VALUES, 0.1, measure="mean"), "measure"),
     (lambda: value_at_risk([1.0, 2.0], 0.1), "values"),
+    (lambda: value_at_risk(torch.tensor([True, False]), 0.5), "real numbers"),
     (lambda: lacing_values(VALUES, VALUES - 1, 0.1), "lower must be <= upper"),
     (lambda: lacing_values(VALUES, VALUES[:3], 0.1), "same shape"),
 ])

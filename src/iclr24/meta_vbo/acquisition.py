@@ -66,6 +66,19 @@ def _as_double(name: str, value, ndim: int | None = None, shape_doc: str = "") -
     return tensor.to(torch.float64)
 
 
+def _input_dim(model: Model) -> int | None:
+    """The number of x columns a model of f over ``[x, z]`` expects (None if it does not say)."""
+    inputs = getattr(model, "train_inputs", None)
+    return inputs[0].shape[-1] - 1 if inputs else None
+
+
+def _check_x_dim(name: str, x: torch.Tensor, model: Model) -> None:
+    d = _input_dim(model)
+    if d is not None and x.shape[-1] != d:
+        raise ValueError(f"{name} must have {d} columns (the model is over [x, z] with {d + 1} inputs), got "
+                         f"{x.shape[-1]}")
+
+
 def _z_weights(z_values: torch.Tensor, z_weights) -> torch.Tensor:
     if z_weights is None:
         return torch.full_like(z_values, 1.0 / len(z_values))
@@ -120,6 +133,8 @@ def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: 
         x_bounds = _as_double("x_bounds", x_bounds, ndim=2, shape_doc="(2, d)")
         if x_bounds.shape != (2, x.shape[1]):
             raise ValueError(f"x_bounds must have shape (2, {x.shape[1]}), got {tuple(x_bounds.shape)}")
+        if bool((x_bounds[0] >= x_bounds[1]).any()):
+            raise ValueError(f"x_bounds must have lower < upper in every column, got {x_bounds.tolist()}")
         low, high = z_range if z_range is not None else (float(z.min()), float(z.max()))
         if high <= low:
             high = low + 1.0
@@ -216,6 +231,7 @@ def risk_bounds(model: Model, x: torch.Tensor, z_values: torch.Tensor, z_weights
     the risk, ``rho(l)``, ``rho(u)``, with each candidate's lacing value (``z_selection``: the largest sigma,
     as V-UCB, or the most probable z, as the authors' code defaults to)."""
     x = _as_double("x", x, ndim=2, shape_doc="(n, d)")
+    _check_x_dim("x", x, model)
     z_values = _as_double("z_values", z_values, ndim=1, shape_doc="(n_z,)")
     weights = _z_weights(z_values, z_weights)
     beta = check_number("beta", beta, minimum=0.0)
@@ -379,6 +395,7 @@ class VUCB(AcquisitionFunction):
             x = torch.as_tensor(candidates, dtype=torch.float64)[index]
         else:
             box = _as_double("bounds", bounds, ndim=2, shape_doc="(2, d)")
+            _check_x_dim("bounds", box, self.model)
             x, _ = optimize_acqf(self, box, q=1, num_restarts=check_int("num_restarts", num_restarts, minimum=1),
                                  raw_samples=check_int("raw_samples", raw_samples, minimum=1))
             x, index = x.reshape(-1).detach(), None
@@ -429,6 +446,10 @@ class MetaVBO:
         self.prior_models: list[Model] = []
         for i, task in enumerate(prior_tasks):
             if isinstance(task, PriorTask):
+                d = _input_dim(model)
+                if d is not None and (torch.as_tensor(task.x).dim() != 2 or torch.as_tensor(task.x).shape[1] != d):
+                    raise ValueError(f"prior_tasks[{i}].x must have shape (n, {d}) like the target's x, got "
+                                     f"{tuple(torch.as_tensor(task.x).shape)}")
                 self.prior_models.append(task.fit(x_bounds, z_range))
             elif isinstance(task, Model):
                 self.prior_models.append(task)

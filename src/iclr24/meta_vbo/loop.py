@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 
-from iclr24.core.checks import check_int, check_tensor
+from iclr24.core.checks import check_int, check_number, check_tensor
 from iclr24.core.progress import progress
 from iclr24.meta_vbo.acquisition import VUCB, MetaVBO, PriorTask, RiskQuery, _z_weights, fit_risk_model
 
@@ -36,6 +35,14 @@ class RiskOptimization:
     queries: list[RiskQuery | None] = field(default_factory=list)
     true_risk: torch.Tensor | None = None
     regret: torch.Tensor | None = None
+
+
+def _true_risk(risk_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    risk = torch.as_tensor(risk_fn(x), dtype=torch.float64)
+    if risk.shape not in ((len(x),), (len(x), 1)) or not bool(torch.isfinite(risk).all()):
+        raise ValueError(f"risk_fn must return {len(x)} finite values for {len(x)} inputs, got shape "
+                         f"{tuple(risk.shape)}")
+    return risk.reshape(-1)
 
 
 def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], z_values: torch.Tensor,
@@ -76,6 +83,8 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     show_progress : bool
         Draw a progress bar (iclr24.core.progress) over the iterations.
     """
+    if optimum is not None:
+        optimum = check_number("optimum", optimum)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     n_iter = check_int("n_iter", n_iter, minimum=1)
@@ -140,10 +149,10 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
                 bar.advance()
     result = RiskOptimization(method, x_obs, z_obs, y_obs, queries)
     if risk_fn is not None:
-        result.true_risk = torch.as_tensor(risk_fn(x_obs), dtype=torch.float64).reshape(-1)
+        result.true_risk = _true_risk(risk_fn, x_obs)
         if optimum is None and candidates is not None:
-            optimum = float(torch.as_tensor(risk_fn(candidates), dtype=torch.float64).max())
-        if optimum is not None and math.isfinite(optimum):
+            optimum = float(_true_risk(risk_fn, candidates).max())
+        if optimum is not None:
             # the best risk among all observations so far, after each BO iteration
             result.regret = optimum - result.true_risk.cummax(0).values[n_initial:]
     return result

@@ -43,6 +43,8 @@ def _check_values(values: torch.Tensor) -> torch.Tensor:
     values = check_tensor("values", values, min_ndim=1, shape_doc="(..., n_z)")
     if values.shape[-1] == 0:
         raise ValueError("values must hold at least one environmental value in its last dimension")
+    if values.dtype == torch.bool or values.is_complex():
+        raise TypeError(f"values must be real numbers, got dtype {values.dtype}")
     if not values.is_floating_point():
         values = values.double()
     return values
