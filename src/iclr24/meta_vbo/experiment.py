@@ -97,40 +97,52 @@ PRESETS = {
 }
 
 
-def _setup(cfg: Config, name: str, seed: int):
-    """The drawn problem and the target GP's hyperparameters, fitted once on random noisy observations."""
+def _pretrain(problem, x: torch.Tensor, z: torch.Tensor, y: torch.Tensor):
+    """The target GP's hyperparameters, fitted once (best of PRETRAIN_RESTARTS) and then held."""
     from iclr24.meta_vbo.acquisition import fit_risk_model
+
+    box = torch.stack([problem.candidates.min(0).values, problem.candidates.max(0).values])
+    z_range = (float(problem.z_values.min()), float(problem.z_values.max()))
+    return fit_risk_model(x, z, y, box, z_range, restarts=PRETRAIN_RESTARTS)
+
+
+def _setup(cfg: Config, name: str, seed: int):
+    """The drawn problem and the target GP's hyperparameters, from random noisy observations."""
     from iclr24.meta_vbo.problems import bump_problem
 
     problem = bump_problem(seed, n_z=cfg.n_z, alpha=cfg.alpha, measure=cfg.measure, n_helpful=cfg.n_helpful,
                            n_harmful=cfg.n_harmful, **PROBLEMS[name])
     d = problem.candidates.shape[1]
-    box = torch.stack([torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64)])
     pretrain = torch.Generator().manual_seed(seed + 104_729)
-    x_pre = torch.rand(cfg.pretrain_per_dim * d, d, generator=pretrain, dtype=torch.float64)
-    z_pre = problem.z_values[torch.randint(cfg.n_z, (len(x_pre),), generator=pretrain)]
-    return problem, fit_risk_model(x_pre, z_pre, problem.observe(x_pre, z_pre, pretrain), box, (0.0, 1.0),
-                                   restarts=PRETRAIN_RESTARTS)
+    x = torch.rand(cfg.pretrain_per_dim * d, d, generator=pretrain, dtype=torch.float64)
+    z = problem.z_values[torch.randint(cfg.n_z, (len(x),), generator=pretrain)]
+    return problem, _pretrain(problem, x, z, problem.observe(x, z, pretrain))
 
 
-def _seed_runs(cfg: Config, name: str, seed: int) -> dict:
-    """Every method on one drawn problem: normalised regret curves, no-regret checks, invariance."""
+def _runner(cfg: Config, problem, hyperparameters, seed: int, alpha: float):
+    """``run(method, prior_tasks, iterations)``: one BO run on ``problem``, the same initial observations and
+    the same noise sequence for every method."""
     from iclr24.meta_vbo.acquisition import PriorTask
     from iclr24.meta_vbo.loop import optimize_risk
 
-    problem, hyperparameters = _setup(cfg, name, seed)
-    priors = {"helpful": problem.helpful, "harmful": problem.harmful,
-              "majority": problem.helpful[:1] + problem.harmful}
-
     def run(method: str, tasks=(), iterations: int = cfg.iterations):
-        noise = torch.Generator().manual_seed(seed + 7_919)  # the same noise sequence for every method
+        noise = torch.Generator().manual_seed(seed + 7_919)
         return optimize_risk(lambda x, z: problem.observe(x, z, noise), problem.z_values, iterations,
                              candidates=problem.candidates, method=method,
-                             prior_tasks=[PriorTask(*task) for task in tasks], alpha=cfg.alpha, beta=cfg.beta,
+                             prior_tasks=[PriorTask(*task) for task in tasks], alpha=alpha, beta=cfg.beta,
                              lambda_=cfg.lambda_, eta=cfg.eta, measure=cfg.measure, n_initial=cfg.n_initial,
                              seed=seed, risk_fn=problem.risk_of, optimum=problem.optimum,
                              hyperparameters=hyperparameters, show_progress=False)
 
+    return run
+
+
+def _seed_runs(cfg: Config, name: str, seed: int) -> dict:
+    """Every method on one drawn problem: normalised regret curves, no-regret checks, invariance."""
+    problem, hyperparameters = _setup(cfg, name, seed)
+    run = _runner(cfg, problem, hyperparameters, seed, cfg.alpha)
+    priors = {"helpful": problem.helpful, "harmful": problem.harmful,
+              "majority": problem.helpful[:1] + problem.harmful}
     runs = {"vucb": run("vucb"), "random": run("random")}
     for setting in SETTINGS:
         runs[f"meta_vbo/{setting}"] = run("meta_vbo", priors[setting])
@@ -161,27 +173,14 @@ def _seed_runs(cfg: Config, name: str, seed: int) -> dict:
 
 def _svm_runs(cfg: Config, seed: int) -> dict:
     """V-UCB, random search and Meta-VBO with the other datasets as prior tasks, on the SVM objective."""
-    from iclr24.meta_vbo.acquisition import PriorTask, fit_risk_model
-    from iclr24.meta_vbo.loop import optimize_risk
     from iclr24.meta_vbo.problems import svm_problem
 
     problem = svm_problem(seed, points_per_dim=cfg.svm_points_per_dim, alpha=cfg.svm_alpha, measure=cfg.measure)
-    box = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
-    z_range = (float(problem.z_values.min()), float(problem.z_values.max()))
     pretrain = torch.Generator().manual_seed(seed + 104_729)
-    x_pre = problem.candidates[torch.randint(len(problem.candidates), (2 * cfg.pretrain_per_dim,), generator=pretrain)]
-    z_pre = problem.z_values[torch.randint(len(problem.z_values), (len(x_pre),), generator=pretrain)]
-    hyperparameters = fit_risk_model(x_pre, z_pre, problem.target(x_pre, z_pre), box, z_range,
-                                     restarts=PRETRAIN_RESTARTS)
-    runs = {}
-    for method in SVM_METHODS:
-        runs[method] = optimize_risk(problem.target, problem.z_values, cfg.iterations, candidates=problem.candidates,
-                                     method=method.split("/")[0],
-                                     prior_tasks=[PriorTask(*task) for task in problem.helpful],
-                                     alpha=cfg.svm_alpha, beta=cfg.beta, lambda_=cfg.lambda_, eta=cfg.eta,
-                                     measure=cfg.measure, n_initial=cfg.n_initial, seed=seed,
-                                     risk_fn=problem.risk_of, optimum=problem.optimum,
-                                     hyperparameters=hyperparameters, show_progress=False)
+    x = problem.candidates[torch.randint(len(problem.candidates), (2 * cfg.pretrain_per_dim,), generator=pretrain)]
+    z = problem.z_values[torch.randint(len(problem.z_values), (len(x),), generator=pretrain)]
+    run = _runner(cfg, problem, _pretrain(problem, x, z, problem.target(x, z)), seed, cfg.svm_alpha)
+    runs = {m: run(m.split("/")[0], problem.helpful) for m in SVM_METHODS}
     return {"regret": {m: (r.regret / problem.risk_range).tolist() for m, r in runs.items()}}
 
 
@@ -251,18 +250,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     else:
         claims.append(Claim(CLAIM_REAL, paper="real-world objective functions (plots)",
                             measured="not run (svm=false)", holds=False, criterion="needs svm=true"))
-    tables = {"regret": [
-        {"problem": name, "method": LABELS[m],
-         f"regret T={cfg.early}": f"{curves[name][m][0][cfg.early - 1]:.4f} +- {curves[name][m][1][cfg.early - 1]:.4f}",
-         f"regret T={cfg.iterations}": f"{curves[name][m][0][-1]:.4f} +- {curves[name][m][1][-1]:.4f}"}
-        for name in cfg.problems for m in METHODS]}
+    tables = {"regret": [row for name in cfg.problems for row in _table_rows(cfg, name, curves[name])]}
     if cfg.svm:
         curves_shown = {**curves, "svm": _curves(svm_records, SVM_METHODS)}
-        tables["regret"] += [
-            {"problem": "svm", "method": m,
-             f"regret T={cfg.early}": f"{c[0][cfg.early - 1]:.4f} +- {c[1][cfg.early - 1]:.4f}",
-             f"regret T={cfg.iterations}": f"{c[0][-1]:.4f} +- {c[1][-1]:.4f}"}
-            for m, c in curves_shown["svm"].items()]
+        tables["regret"] += _table_rows(cfg, "svm", curves_shown["svm"])
     else:
         curves_shown = curves
     figures = {"regret.png": _regret_figure(cfg, curves_shown)}
@@ -276,6 +267,12 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
              "fitted to its own observations. The no-regret set and the priority are our reading of the paper "
              "(no public code); see docs/meta_vbo.md.")
     return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+
+
+def _table_rows(cfg: Config, problem: str, curves) -> list[dict]:
+    return [{"problem": problem, "method": LABELS[m],
+             f"regret T={cfg.early}": f"{mean[cfg.early - 1]:.4f} +- {se[cfg.early - 1]:.4f}",
+             f"regret T={cfg.iterations}": f"{mean[-1]:.4f} +- {se[-1]:.4f}"} for m, (mean, se) in curves.items()]
 
 
 def _curves(records: list[dict], methods: tuple[str, ...] = METHODS) -> dict[str, tuple[list[float], list[float]]]:
