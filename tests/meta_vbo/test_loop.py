@@ -71,15 +71,27 @@ def test_a_box_domain_and_refitted_hyperparameters(problem):
     (dict(n_initial=1), "n_initial"),
     (dict(candidates=None), "exactly one"),
     (dict(method="random", z_weights=torch.ones(3)), "z_weights"),
-    (dict(method="random", risk_fn=lambda x: torch.zeros(len(x) + 1)), "risk_fn"),
+    (dict(method="random", risk_fn=lambda x: torch.zeros(len(x) + 1), objective=lambda x, z: x[:, 0]), "risk_fn"),
     (dict(method="random", optimum=float("nan")), "optimum"),
+    (dict(method="random", optimum=1.0), "risk_fn"),
+    (dict(method="random", alpha=2.0), "alpha"),
+    (dict(method="random", measure="VaR"), "measure"),
+    (dict(method="random", eta=0.5), "eta"),
+    (dict(prior_tasks=PriorTask(torch.rand(3, 1), torch.rand(3), torch.rand(3))), "prior_tasks"),
+    (dict(prior_tasks=[PriorTask(torch.rand(3, 2), torch.rand(3), torch.rand(3))]), r"prior_tasks\[0\].x"),
+    (dict(candidates=torch.zeros(0, 1)), "at least one"),
     (dict(objective=lambda x, z: torch.full((len(x),), float("nan"))), "objective"),
     (dict(objective=lambda x, z: torch.zeros(len(x) + 1)), "objective"),
 ])
 def test_bad_input_is_named(problem, kwargs, match):
+    def never_called(x, z):
+        raise AssertionError("the objective ran before the settings were checked")
+
     args = dict(objective=lambda x, z: problem.target(x, z), z_values=problem.z_values, n_iter=2,
                 candidates=problem.candidates, method="vucb", show_progress=False)
     args.update(kwargs)
+    if "objective" not in kwargs:
+        args["objective"] = never_called
     with pytest.raises((ValueError, TypeError), match=match):
         optimize_risk(**args)
 
@@ -126,3 +138,24 @@ def test_svm_tuning_is_a_table_of_accuracies_under_nested_label_noise():
     assert len(problem.helpful) == 1 and problem.helpful[0][0].shape == (5, 2)
     with pytest.raises(ValueError, match="dataset"):
         SVMTuning("mnist")
+
+
+def test_a_domain_with_a_constant_column_still_runs(problem, hyperparameters):
+    line = torch.cat([problem.candidates, torch.full((len(problem.candidates), 1), 0.3, dtype=torch.float64)], 1)
+    g = torch.Generator().manual_seed(0)
+    out = optimize_risk(lambda x, z: problem.observe(x[:, :1], z, g), problem.z_values, 2, candidates=line,
+                        method="vucb", show_progress=False)
+    assert out.x.shape == (4, 2) and bool((out.x[:, 1] == 0.3).all())
+
+
+def test_problem_functions_check_their_inputs(problem):
+    from iclr24.meta_vbo import SVMTuning
+
+    with pytest.raises(ValueError, match="x must have shape"):
+        problem.target(torch.rand(5, 2), torch.rand(5))
+    with pytest.raises(ValueError, match="z must have shape"):
+        problem.target(torch.rand(5, 1), torch.rand(3))
+    with pytest.raises(ValueError, match="points_per_dim"):
+        grid(1, 1)
+    with pytest.raises(ValueError, match="x must have shape"):
+        SVMTuning("iris", points_per_dim=3, n_z=2)(torch.rand(4, 1), torch.rand(4))

@@ -61,7 +61,12 @@ _CHUNK = 2048  # candidates per posterior call
 
 
 def _as_double(name: str, value, ndim: int | None = None, shape_doc: str = "") -> torch.Tensor:
-    tensor = torch.as_tensor(value)
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a tensor of real numbers {shape_doc}, got {type(value).__name__}") from None
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
     tensor = check_tensor(name, tensor, ndim=ndim, shape_doc=shape_doc)
     return tensor.to(torch.float64)
 
@@ -80,14 +85,17 @@ def _check_x_dim(name: str, x: torch.Tensor, model: Model) -> None:
 
 
 def _z_weights(z_values: torch.Tensor, z_weights) -> torch.Tensor:
+    if len(z_values) == 0:
+        raise ValueError("z_values must hold at least one environmental value")
     if z_weights is None:
         return torch.full_like(z_values, 1.0 / len(z_values))
     weights = _as_double("z_weights", z_weights, ndim=1, shape_doc="(n_z,)")
     if weights.shape != z_values.shape:
         raise ValueError(f"z_weights must have one entry per z value ({len(z_values)}), got {weights.shape[0]}")
     if bool((weights < 0).any()) or abs(float(weights.sum()) - 1.0) > 1e-6:
-        raise ValueError(f"z_weights must be non-negative and sum to 1, got sum {float(weights.sum()):.6g}")
-    return weights
+        raise ValueError(f"z_weights must be non-negative and sum to 1, got sum {float(weights.sum()):.6g} and "
+                         f"minimum {float(weights.min()):.3g}")
+    return weights / weights.sum()
 
 
 def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: torch.Tensor | None = None,
@@ -123,9 +131,11 @@ def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: 
     y = _as_double("y", y)
     if y.dim() == 2 and y.shape[1] == 1:
         y = y.squeeze(1)
-    if y.dim() != 1 or not (len(x) == len(z) == len(y)):
+    if y.dim() != 1:
+        raise ValueError(f"y must have shape (n,) or (n, 1) (one output), got {tuple(y.shape)}")
+    if not len(x) == len(z) == len(y):
         raise ValueError(f"x, z and y must hold the same number of observations, got {len(x)}, {len(z)} and "
-                         f"shape {tuple(y.shape)}")
+                         f"{len(y)}")
     if len(y) < 2:
         raise ValueError(f"fit_risk_model needs at least 2 observations, got {len(y)}")
     bounds = None
@@ -133,20 +143,27 @@ def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: 
         x_bounds = _as_double("x_bounds", x_bounds, ndim=2, shape_doc="(2, d)")
         if x_bounds.shape != (2, x.shape[1]):
             raise ValueError(f"x_bounds must have shape (2, {x.shape[1]}), got {tuple(x_bounds.shape)}")
-        if bool((x_bounds[0] >= x_bounds[1]).any()):
-            raise ValueError(f"x_bounds must have lower < upper in every column, got {x_bounds.tolist()}")
-        low, high = z_range if z_range is not None else (float(z.min()), float(z.max()))
-        if high <= low:
-            high = low + 1.0
+        if bool((x_bounds[0] > x_bounds[1]).any()):
+            raise ValueError(f"x_bounds must have lower <= upper in every column, got {x_bounds.tolist()}")
+        low, high = (float(z.min()), float(z.max())) if z_range is None else _check_range(z_range)
         bounds = torch.cat([x_bounds, torch.tensor([[low], [high]], dtype=torch.float64)], dim=1)
+        # a column that does not vary (one candidate, one z value) is scaled by 1 rather than divided by 0
+        bounds[1] = torch.where(bounds[1] > bounds[0], bounds[1], bounds[0] + 1.0)
+    elif z_range is not None:
+        raise ValueError("z_range is used with x_bounds: give both, or neither to learn the scaling from the data")
+    restarts = check_int("restarts", restarts, minimum=1)
     inputs = torch.cat([x, z.unsqueeze(1)], dim=1)
     model = SingleTaskGP(inputs, y.unsqueeze(1), input_transform=Normalize(inputs.shape[1], bounds=bounds),
                          outcome_transform=Standardize(1))
     if hyperparameters is None:
-        return _fit_with_restarts(model, check_int("restarts", restarts, minimum=1))
-    if not isinstance(hyperparameters, SingleTaskGP) or hyperparameters.train_inputs[0].shape[-1] != inputs.shape[1]:
-        raise TypeError(f"hyperparameters must be a SingleTaskGP from fit_risk_model on {inputs.shape[1]} input "
-                        f"columns, got {type(hyperparameters).__name__}")
+        return _fit_with_restarts(model, restarts)
+    if not (isinstance(hyperparameters, SingleTaskGP) and isinstance(hyperparameters.outcome_transform, Standardize)
+            and isinstance(getattr(hyperparameters, "input_transform", None), Normalize)):
+        raise TypeError(f"hyperparameters must be a SingleTaskGP from fit_risk_model (normalised inputs, "
+                        f"standardised outcomes), got {type(hyperparameters).__name__}")
+    if hyperparameters.train_inputs[0].shape[-1] != inputs.shape[1]:
+        raise ValueError(f"hyperparameters come from a model on {hyperparameters.train_inputs[0].shape[-1]} input "
+                         f"columns; this data has {inputs.shape[1]} ([x, z])")
     model.load_state_dict(hyperparameters.state_dict(), strict=False)
     # the targets were standardised by this data's statistics at construction; redo it with the copied ones
     # (BoTorch 0.18's load_state_dict does this too; done here so as not to depend on it)
@@ -154,6 +171,15 @@ def fit_risk_model(x: torch.Tensor, z: torch.Tensor, y: torch.Tensor, x_bounds: 
     targets, _ = model.outcome_transform(y.unsqueeze(1))
     model.set_train_data(targets=targets.squeeze(-1), strict=False)
     return model.eval()
+
+
+def _check_range(z_range) -> tuple[float, float]:
+    if not isinstance(z_range, (tuple, list)) or len(z_range) != 2:
+        raise TypeError(f"z_range must be (low, high), got {z_range!r}")
+    low, high = (check_number("z_range", v) for v in z_range)
+    if low > high:
+        raise ValueError(f"z_range must have low <= high, got {z_range!r}")
+    return low, high
 
 
 def _fit_with_restarts(model: SingleTaskGP, restarts: int) -> SingleTaskGP:
@@ -231,7 +257,9 @@ def risk_bounds(model: Model, x: torch.Tensor, z_values: torch.Tensor, z_weights
     the risk, ``rho(l)``, ``rho(u)``, with each candidate's lacing value (``z_selection``: the largest sigma,
     as V-UCB, or the most probable z, as the authors' code defaults to)."""
     x = _as_double("x", x, ndim=2, shape_doc="(n, d)")
-    _check_x_dim("x", x, model)
+    if len(x) == 0:
+        raise ValueError("x (the candidates) must hold at least one point")
+    _check_x_dim("candidates", x, model)
     z_values = _as_double("z_values", z_values, ndim=1, shape_doc="(n_z,)")
     weights = _z_weights(z_values, z_weights)
     beta = check_number("beta", beta, minimum=0.0)
@@ -252,7 +280,10 @@ def select_lacing_value(lower: torch.Tensor, upper: torch.Tensor, std: torch.Ten
     (``"max_std"``) or the largest weight (``"max_prob"``) among them. Returns (lacing mask, z index)."""
     if z_selection not in Z_SELECTIONS:
         raise ValueError(f"z_selection must be one of {Z_SELECTIONS}, got {z_selection!r}")
+    if std.shape != lower.shape:
+        raise ValueError(f"std must have the shape of lower and upper {tuple(lower.shape)}, got {tuple(std.shape)}")
     lacing = lacing_values(lower, upper, alpha, weights, measure)
+    weights = torch.as_tensor(weights, dtype=std.dtype)
     score = std if z_selection == "max_std" else weights.expand_as(std)
     return lacing, score.masked_fill(~lacing, -math.inf).argmax(-1)
 
@@ -353,6 +384,8 @@ class VUCB(AcquisitionFunction):
 
     def __init__(self, model: Model, z_values: torch.Tensor, z_weights: torch.Tensor | None = None,
                  alpha: float = 0.1, beta: float = 9.0, measure: str = "var", z_selection: str = "max_std") -> None:
+        if not isinstance(model, Model):
+            raise TypeError(f"model must be a botorch Model of f over [x, z], got {type(model).__name__}")
         super().__init__(model=model)
         self.z_values = _as_double("z_values", z_values, ndim=1, shape_doc="(n_z,)")
         if len(self.z_values) == 0:
@@ -450,8 +483,11 @@ class MetaVBO:
                 if d is not None and (torch.as_tensor(task.x).dim() != 2 or torch.as_tensor(task.x).shape[1] != d):
                     raise ValueError(f"prior_tasks[{i}].x must have shape (n, {d}) like the target's x, got "
                                      f"{tuple(torch.as_tensor(task.x).shape)}")
-                self.prior_models.append(task.fit(x_bounds, z_range))
+                self.prior_models.append(task.fit(x_bounds, z_range if x_bounds is not None else None))
             elif isinstance(task, Model):
+                if _input_dim(task) not in (None, _input_dim(model)):
+                    raise ValueError(f"prior_tasks[{i}] is a model over {_input_dim(task) + 1} inputs; the target's "
+                                     f"is over {_input_dim(model) + 1} ([x, z])")
                 self.prior_models.append(task)
             else:
                 raise TypeError(f"prior_tasks[{i}] must be a PriorTask or a botorch Model, got {type(task).__name__}")
@@ -476,6 +512,7 @@ class MetaVBO:
             raise ValueError("give exactly one of candidates (a finite x domain) or bounds (a box)")
         if candidates is None:
             box = _as_double("bounds", bounds, ndim=2, shape_doc="(2, d)")
+            check_int("seed", seed, minimum=0)
             sobol = draw_sobol_samples(box, n=check_int("n_candidates", n_candidates, minimum=1), q=1,
                                        seed=seed).squeeze(1)
             candidates = torch.cat([self.vucb.next_query(bounds=box).x.unsqueeze(0), sobol])

@@ -7,10 +7,21 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
+from botorch.models import SingleTaskGP
 
-from iclr24.core.checks import check_int, check_number, check_tensor
+from iclr24.core.checks import check_int, check_number
 from iclr24.core.progress import progress
-from iclr24.meta_vbo.acquisition import VUCB, MetaVBO, PriorTask, RiskQuery, _z_weights, fit_risk_model
+from iclr24.meta_vbo.acquisition import (
+    VUCB,
+    Z_SELECTIONS,
+    MetaVBO,
+    PriorTask,
+    RiskQuery,
+    _as_double,
+    _z_weights,
+    fit_risk_model,
+)
+from iclr24.meta_vbo.risk import RISK_MEASURES
 
 __all__ = ["METHODS", "RiskOptimization", "optimize_risk"]
 
@@ -85,25 +96,48 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     """
     if optimum is not None:
         optimum = check_number("optimum", optimum)
+        if risk_fn is None:
+            raise ValueError("optimum is used with risk_fn (the regret needs the true risk of each query)")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    # every setting is checked before the objective is first called, whichever method uses it
+    check_number("alpha", alpha, minimum=0.0, exclusive=True, maximum=1.0)
+    check_number("beta", beta, minimum=0.0)
+    check_number("eta", eta, minimum=1.0)
+    check_number("lambda_", lambda_, minimum=0.0)
+    if measure not in RISK_MEASURES:
+        raise ValueError(f"measure must be one of {RISK_MEASURES}, got {measure!r}")
+    if z_selection not in Z_SELECTIONS:
+        raise ValueError(f"z_selection must be one of {Z_SELECTIONS}, got {z_selection!r}")
+    if hyperparameters is not None and not isinstance(hyperparameters, SingleTaskGP):
+        raise TypeError(f"hyperparameters must be a SingleTaskGP from fit_risk_model, got "
+                        f"{type(hyperparameters).__name__}")
+    if isinstance(prior_tasks, PriorTask) or not isinstance(prior_tasks, Sequence):
+        raise TypeError(f"prior_tasks must be a sequence of PriorTask, got {type(prior_tasks).__name__}")
     n_iter = check_int("n_iter", n_iter, minimum=1)
     n_initial = check_int("n_initial", n_initial, minimum=2)
     check_int("seed", seed, minimum=0)
     if (candidates is None) == (bounds is None):
         raise ValueError("give exactly one of candidates (a finite x domain) or bounds (a box)")
-    z_values = check_tensor("z_values", torch.as_tensor(z_values, dtype=torch.float64), ndim=1, shape_doc="(n_z,)")
+    z_values = _as_double("z_values", z_values, ndim=1, shape_doc="(n_z,)")
     if candidates is not None:
-        candidates = check_tensor("candidates", torch.as_tensor(candidates, dtype=torch.float64), ndim=2,
-                                  shape_doc="(n, d)")
+        candidates = _as_double("candidates", candidates, ndim=2, shape_doc="(n, d)")
+        if len(candidates) == 0:
+            raise ValueError("candidates must hold at least one point")
         d = candidates.shape[1]
         box = torch.stack([candidates.min(0).values, candidates.max(0).values])
     else:
-        box = check_tensor("bounds", torch.as_tensor(bounds, dtype=torch.float64), ndim=2, shape_doc="(2, d)")
+        box = _as_double("bounds", bounds, ndim=2, shape_doc="(2, d)")
         if box.shape[0] != 2 or bool((box[0] > box[1]).any()):
             raise ValueError(f"bounds must be (2, d) with lower <= upper, got {box.tolist()}")
         d = box.shape[1]
     weights = _z_weights(z_values, z_weights)
+    for i, task in enumerate(prior_tasks):
+        if not isinstance(task, PriorTask):
+            raise TypeError(f"prior_tasks[{i}] must be a PriorTask, got {type(task).__name__}")
+        if torch.as_tensor(task.x).dim() != 2 or torch.as_tensor(task.x).shape[1] != d:
+            raise ValueError(f"prior_tasks[{i}].x must have shape (n, {d}) like the domain, got "
+                             f"{tuple(torch.as_tensor(task.x).shape)}")
     generator = torch.Generator().manual_seed(seed)
     z_range = (float(z_values.min()), float(z_values.max()))
 

@@ -29,6 +29,8 @@ __all__ = ["SVM_DATASETS", "BumpFunction", "RiskProblem", "SVMTuning", "bump_pro
 
 def grid(d: int, points_per_dim: int) -> torch.Tensor:
     """A regular grid over [0, 1]^d, shape (points_per_dim ** d, d)."""
+    check_int("d", d, minimum=1)
+    check_int("points_per_dim", points_per_dim, minimum=2)
     axis = torch.linspace(0.0, 1.0, points_per_dim, dtype=torch.float64)
     return torch.cartesian_prod(*([axis] * d)).reshape(-1, d)
 
@@ -50,8 +52,7 @@ class BumpFunction:
 
     def __call__(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """f at paired inputs: ``x`` (n, d), ``z`` (n,) -> (n,)."""
-        x = torch.as_tensor(x, dtype=torch.float64)
-        z = torch.as_tensor(z, dtype=torch.float64)
+        x, z = _paired(x, z, self.centers.shape[1])
         if self.shift is not None:
             x = x + self.shift
         if self.mirror:
@@ -66,6 +67,16 @@ class BumpFunction:
         """A related task: this landscape rescaled, shifted vertically, moved by ``shift`` and/or mirrored."""
         return BumpFunction(self.centers, self.heights, self.widths, self.risks, self.thresholds,
                             scale * self.scale, scale * self.offset + offset, shift, mirror)
+
+
+def _paired(x, z, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.as_tensor(x, dtype=torch.float64)
+    z = torch.as_tensor(z, dtype=torch.float64)
+    if x.dim() != 2 or x.shape[1] != d:
+        raise ValueError(f"x must have shape (n, {d}), got {tuple(x.shape)}")
+    if z.shape != (len(x),):
+        raise ValueError(f"z must have shape ({len(x)},), one environmental value per x, got {tuple(z.shape)}")
+    return x, z
 
 
 @dataclass
@@ -146,7 +157,8 @@ def bump_problem(seed: int, d: int = 1, n_z: int = 20, points_per_dim: int = 200
     for name, value in (("n_helpful", n_helpful), ("n_harmful", n_harmful)):
         check_int(name, value, minimum=0)
     check_number("noise", noise, minimum=0.0)
-    if not 0 < bump_widths[0] <= bump_widths[1]:
+    if (not isinstance(bump_widths, (tuple, list)) or len(bump_widths) != 2
+            or not 0 < check_number("bump_widths", bump_widths[0]) <= check_number("bump_widths", bump_widths[1])):
         raise ValueError(f"bump_widths must be (low, high) with 0 < low <= high, got {bump_widths}")
     check_number("min_offset", min_offset, minimum=0.0, maximum=0.45)
     check_number("helpful_shift", helpful_shift, minimum=0.0)
@@ -216,6 +228,7 @@ class SVMTuning:
             raise ValueError(f"dataset must be one of {SVM_DATASETS}, got {dataset!r}")
         check_int("points_per_dim", points_per_dim, minimum=2)
         check_int("n_z", n_z, minimum=1)
+        check_int("max_samples", max_samples, minimum=10)
         check_number("max_noise", max_noise, minimum=0.0, maximum=0.9)
         x, y = getattr(datasets, f"load_{dataset}")(return_X_y=True)
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:max_samples].numpy()
@@ -232,8 +245,9 @@ class SVMTuning:
         self._values: dict[tuple[int, int], float] = {}
 
     def _index(self, x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ix = torch.cdist(torch.as_tensor(x, dtype=torch.float64).view(-1, 2), self.candidates).argmin(1)
-        iz = (torch.as_tensor(z, dtype=torch.float64).view(-1, 1) - self.z_values).abs().argmin(1)
+        x, z = _paired(x, z, 2)
+        ix = torch.cdist(x, self.candidates).argmin(1)
+        iz = (z.view(-1, 1) - self.z_values).abs().argmin(1)
         return ix, iz
 
     def _accuracy(self, ix: int, iz: int) -> float:
@@ -261,6 +275,13 @@ def svm_problem(seed: int, target: str = "breast_cancer", priors: tuple[str, ...
     dataset helps is not designed here: all are listed as ``helpful`` and none as ``harmful``."""
     check_int("seed", seed, minimum=0)
     check_int("prior_observations", prior_observations, minimum=1)
+    check_number("alpha", alpha, minimum=0.0, exclusive=True, maximum=1.0)
+    if measure not in ("var", "cvar"):
+        raise ValueError(f"measure must be 'var' or 'cvar', got {measure!r}")
+    if isinstance(priors, str) or not all(name in SVM_DATASETS for name in priors):
+        raise ValueError(f"priors must be a sequence of names from {SVM_DATASETS}, got {priors!r}")
+    if target not in SVM_DATASETS:
+        raise ValueError(f"target must be one of {SVM_DATASETS}, got {target!r}")
     f = _svm_tuning(target, points_per_dim, n_z)
     values = f(f.candidates.repeat_interleave(n_z, 0), f.z_values.repeat(len(f.candidates))).view(-1, n_z)
     true_risk = risk_measure(values, alpha, measure=measure)

@@ -20,23 +20,30 @@ __all__ = ["RISK_MEASURES", "conditional_value_at_risk", "lacing_values", "risk_
 
 RISK_MEASURES = ("var", "cvar")
 
-# cumulative weights are float sums: 0.1 + 0.1 + 0.1 may land just below 0.3, and a level hit exactly must count
+# cumulative weights are float sums: 0.1 + 0.1 + 0.1 may land just below 0.3, and a level hit exactly must count.
+# They are always float64, whatever the values' dtype: in float32 the sums drift by more than this.
 _LEVEL_TOL = 1e-9
 
 
-def _weights(values: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+def _weights(values: torch.Tensor, weights) -> torch.Tensor:
+    """P(Z = z) as float64, checked and renormalised (a sum within 1e-6 of 1 is accepted, then made exact)."""
     n_z = values.shape[-1]
     if weights is None:
-        return torch.full((n_z,), 1.0 / n_z, dtype=values.dtype, device=values.device)
-    weights = check_tensor("weights", torch.as_tensor(weights, dtype=values.dtype, device=values.device), ndim=1,
-                           shape_doc="(n_z,)")
+        return torch.full((n_z,), 1.0 / n_z, dtype=torch.float64, device=values.device)
+    try:
+        weights = torch.as_tensor(weights, device=values.device)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"weights must be a tensor or sequence of n_z probabilities, got {weights!r}") from None
+    if weights.dtype == torch.bool or weights.is_complex():
+        raise TypeError(f"weights must be real numbers, got dtype {weights.dtype}")
+    weights = check_tensor("weights", weights.to(torch.float64), ndim=1, shape_doc="(n_z,)")
     if weights.shape[0] != n_z:
         raise ValueError(f"weights must have one entry per environmental value ({n_z}, the last dimension of "
                          f"values), got {weights.shape[0]}")
     if bool((weights < 0).any()) or abs(float(weights.sum()) - 1.0) > 1e-6:
         raise ValueError(f"weights must be a probability vector (non-negative, summing to 1), got sum "
                          f"{float(weights.sum()):.6g} and minimum {float(weights.min()):.3g}")
-    return weights
+    return weights / weights.sum()
 
 
 def _check_values(values: torch.Tensor) -> torch.Tensor:
@@ -57,8 +64,13 @@ def _sorted(values: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _values_at_levels(ordered: torch.Tensor, cumulative: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """VaR at each of ``levels`` (..., k): the first sorted value whose cumulative probability reaches it."""
-    index = torch.searchsorted(cumulative.contiguous(), (levels - _LEVEL_TOL).contiguous())
+    """VaR at each of ``levels`` (..., k): the first sorted value whose cumulative probability reaches it.
+
+    The tolerance is at most half the level, so a tiny level never selects a leading zero-probability value.
+    """
+    levels = levels.to(torch.float64)
+    threshold = levels - torch.minimum(torch.full_like(levels, _LEVEL_TOL), levels / 2)
+    index = torch.searchsorted(cumulative.contiguous(), threshold.contiguous())
     return ordered.gather(-1, index.clamp(max=ordered.shape[-1] - 1))
 
 
@@ -81,7 +93,7 @@ def value_at_risk(values: torch.Tensor, alpha: float, weights: torch.Tensor | No
     values = _check_values(values)
     alpha = check_number("alpha", alpha, minimum=0.0, exclusive=True, maximum=1.0)
     ordered, cumulative = _sorted(values, _weights(values, weights))
-    level = torch.full(values.shape[:-1] + (1,), alpha, dtype=values.dtype, device=values.device)
+    level = torch.full(values.shape[:-1] + (1,), alpha, dtype=torch.float64, device=values.device)
     return _values_at_levels(ordered, cumulative, level).squeeze(-1)
 
 
@@ -97,7 +109,7 @@ def conditional_value_at_risk(values: torch.Tensor, alpha: float,
     ordered, cumulative = _sorted(values, _weights(values, weights))
     previous = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
     mass = (cumulative.clamp(max=alpha) - previous).clamp(min=0.0)
-    return (ordered * mass).sum(-1) / alpha
+    return ((ordered * mass.to(ordered.dtype)).sum(-1) / alpha).to(values.dtype)
 
 
 def risk_measure(values: torch.Tensor, alpha: float, weights: torch.Tensor | None = None,
@@ -141,15 +153,16 @@ def lacing_values(lower: torch.Tensor, upper: torch.Tensor, alpha: float, weight
     ordered_lower, cum_lower = _sorted(lower, weights)
     ordered_upper, cum_upper = _sorted(upper, weights)
     if measure == "var":
-        level = torch.full(lower.shape[:-1] + (1,), alpha, dtype=lower.dtype, device=lower.device)
+        level = torch.full(lower.shape[:-1] + (1,), alpha, dtype=torch.float64, device=lower.device)
     else:
         # the VaR gap only changes where either bound's cumulative probability does: its maximum over
         # g <= alpha is attained at one of those breakpoints (capped at alpha) or at alpha itself
-        cap = torch.full(lower.shape[:-1] + (1,), alpha, dtype=lower.dtype, device=lower.device)
+        cap = torch.full(lower.shape[:-1] + (1,), alpha, dtype=torch.float64, device=lower.device)
         levels = torch.cat([cum_lower, cum_upper, cap], dim=-1).clamp(max=alpha)       # (..., 2 n_z + 1)
         gap = (_values_at_levels(ordered_upper, cum_upper, levels)
                - _values_at_levels(ordered_lower, cum_lower, levels))
         level = levels.gather(-1, gap.argmax(-1, keepdim=True))
     var_lower = _values_at_levels(ordered_lower, cum_lower, level)
     var_upper = _values_at_levels(ordered_upper, cum_upper, level)
-    return (lower <= var_lower) & (upper >= var_upper)
+    # a value of probability zero is never the risk's, and querying it teaches nothing about the risk
+    return (lower <= var_lower) & (upper >= var_upper) & (weights > 0)
