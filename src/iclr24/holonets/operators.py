@@ -232,6 +232,10 @@ def collapse_clusters(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | 
         local[members] = torch.arange(members.numel())
         inside = heavy & (local[edge_index[0]] >= 0)
         L = dense_laplacian(local[edge_index[:, inside]], members.numel(), w[inside])
+        if torch.equal(L, L.T):
+            # bonds (every heavy edge with an equal twin): the ones vector is the left kernel exactly, and
+            # lstsq's answer would vary in its last bit from call to call (MKL's alignment-dependent kernels)
+            continue
         # rho^T L = 0, normalised by a row of ones; least squares on the stacked system
         system = torch.cat([L.T, torch.ones(1, members.numel(), dtype=L.dtype)])
         rhs = torch.zeros(members.numel() + 1, dtype=L.dtype)

@@ -375,11 +375,11 @@ class VUCB(AcquisitionFunction):
     z_selection : "max_std" or "max_prob"
         Which lacing value to query.
 
-    Example
-    -------
-    >>> acq = VUCB(fit_risk_model(x, z, y), z_values, alpha=0.1)
-    >>> query = acq.next_query(candidates=grid)            # or bounds=torch.tensor([[0.0], [1.0]])
-    >>> y_new = f(query.x, query.z)
+    Example::
+
+        acq = VUCB(fit_risk_model(x, z, y), z_values, alpha=0.1)
+        query = acq.next_query(candidates=grid)            # or bounds=torch.tensor([[0.0], [1.0]])
+        y_new = f(query.x, query.z)
     """
 
     def __init__(self, model: Model, z_values: torch.Tensor, z_weights: torch.Tensor | None = None,
@@ -458,11 +458,11 @@ class MetaVBO:
     x_bounds : Tensor of shape (2, d), optional
         Normalisation box for prior tasks given as observations; by default their data's range.
 
-    Example
-    -------
-    >>> meta = MetaVBO(fit_risk_model(x, z, y), [PriorTask(x1, z1, y1), PriorTask(x2, z2, y2)], z_values)
-    >>> query = meta.next_query(candidates=grid)
-    >>> query.x, query.z, query.query_set.sum(), query.priority.max()
+    Example::
+
+        meta = MetaVBO(fit_risk_model(x, z, y), [PriorTask(x1, z1, y1), PriorTask(x2, z2, y2)], z_values)
+        query = meta.next_query(candidates=grid)
+        query.x, query.z, query.query_set.sum(), query.priority.max()
     """
 
     def __init__(self, model: Model, prior_tasks: Sequence[PriorTask | Model], z_values: torch.Tensor,
