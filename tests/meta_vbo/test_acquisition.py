@@ -263,3 +263,28 @@ def test_restarts_escape_the_everything_is_noise_optimum():
     best = fit_risk_model(x, z, y, BOX, (0.0, 1.0), restarts=3)
     assert once.likelihood.noise.item() > 0.5 > 0.05 > best.likelihood.noise.item()
     assert best.covar_module.lengthscale[0, 0] < 0.1 < once.covar_module.lengthscale[0, 0]
+
+
+@pytest.mark.parametrize("measure", ["var", "cvar"])
+def test_risk_bounds_query_a_lacing_value_at_every_candidate(target_model, measure):
+    bounds = risk_bounds(target_model, GRID, Z, alpha=0.1, measure=measure)
+    assert bool(bounds.lacing.gather(-1, bounds.z_index[:, None]).all())
+    best = bounds.std.masked_fill(~bounds.lacing, -float("inf")).max(-1).values
+    assert torch.equal(bounds.std.gather(-1, bounds.z_index[:, None]).squeeze(-1), best)
+
+
+def test_copied_hyperparameters_restandardise_even_if_load_state_dict_does_not(monkeypatch):
+    import inspect
+
+    from botorch.models import SingleTaskGP
+
+    original = SingleTaskGP.load_state_dict
+    if "keep_transforms" not in inspect.signature(original).parameters:
+        pytest.skip("this BoTorch's load_state_dict never re-standardises")
+    monkeypatch.setattr(SingleTaskGP, "load_state_dict",
+                        lambda self, sd, strict=True, **kw: original(self, sd, strict=strict, keep_transforms=False))
+    x, z, y = observations(lambda x, z: 5 * torch.sin(8 * x[:, 0]) * z + 3, 30, 0)
+    fitted = fit_risk_model(x, z, y, BOX, (0.0, 1.0))
+    few = fit_risk_model(x[:5], z[:5], y[:5], BOX, (0.0, 1.0), hyperparameters=fitted)
+    at_data = few.posterior(torch.cat([x[:5], z[:5, None]], 1)).mean.squeeze(-1)
+    assert torch.allclose(at_data, y[:5], atol=0.05 * float(y.std()))
