@@ -111,10 +111,14 @@ class RiskProblem:
         return y + self.noise_std * torch.randn(y.shape, generator=generator, dtype=torch.float64)
 
 
-def _risk(f: BumpFunction, x: torch.Tensor, z_values: torch.Tensor, alpha: float, measure: str) -> torch.Tensor:
+def _values_on(f: Callable, x: torch.Tensor, z_values: torch.Tensor) -> torch.Tensor:
+    """f at every (x, z) pair, shape (n, n_z)."""
     n, n_z = len(x), len(z_values)
-    values = f(x.repeat_interleave(n_z, 0), z_values.repeat(n)).view(n, n_z)
-    return risk_measure(values, alpha, measure=measure)
+    return f(x.repeat_interleave(n_z, 0), z_values.repeat(n)).view(n, n_z)
+
+
+def _risk(f: Callable, x: torch.Tensor, z_values: torch.Tensor, alpha: float, measure: str) -> torch.Tensor:
+    return risk_measure(_values_on(f, x, z_values), alpha, measure=measure)
 
 
 def _uniform(generator: torch.Generator, low: float, high: float, *shape: int) -> torch.Tensor:
@@ -177,7 +181,7 @@ def bump_problem(seed: int, d: int = 1, n_z: int = 20, points_per_dim: int = 200
             break
     else:  # pragma: no cover - the condition holds for most draws
         raise RuntimeError("no target with its maximiser away from the centre in 1000 draws")
-    values = target(candidates.repeat_interleave(n_z, 0), z_values.repeat(len(candidates)))
+    values = _values_on(target, candidates, z_values)
     noise_std = noise * float(values.max() - values.min())
 
     def observations(task: BumpFunction) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -283,8 +287,7 @@ def svm_problem(seed: int, target: str = "breast_cancer", priors: tuple[str, ...
     if target not in SVM_DATASETS:
         raise ValueError(f"target must be one of {SVM_DATASETS}, got {target!r}")
     f = _svm_tuning(target, points_per_dim, n_z)
-    values = f(f.candidates.repeat_interleave(n_z, 0), f.z_values.repeat(len(f.candidates))).view(-1, n_z)
-    true_risk = risk_measure(values, alpha, measure=measure)
+    true_risk = _risk(f, f.candidates, f.z_values, alpha, measure)
     generator = torch.Generator().manual_seed(seed)
     observations = []
     for name in priors:
