@@ -2,10 +2,12 @@
 honest in form, and deterministic. New methods are covered by registering."""
 
 import math
+import re
 
 import pytest
 
 from iclr24.core import get_experiment, list_experiments, run
+from iclr24.core.evidence import VERDICTS, Evidence
 
 NAMES = [e.name for e in list_experiments()]
 
@@ -17,11 +19,37 @@ def test_smoke_run_is_complete_and_deterministic(name, tmp_path):
     result = first.result
     assert [c["statement"] for c in result["claims"]] == list(get_experiment(name).claims)
     for claim in result["claims"]:
-        assert isinstance(claim["holds"], bool) and claim["paper"] and claim["measured"] and claim["criterion"]
+        assert claim["paper"] and claim["measured"] and claim["criterion"]
+        assert_claim_is_evidence(claim)
+    for check in result.get("checks", []):
+        assert check["passed"] is True, check  # a sanity check true by construction that fails is a bug
     assert all(math.isfinite(v) for v in {**result["metrics"], **result["timings"]}.values())
     assert result["figures"] and all((first.run_dir / f).stat().st_size > 1000 for f in result["figures"])
     second = run(name, preset="smoke", seed=3, runs_dir=tmp_path, quiet=True)
     assert second.result["metrics"] == result["metrics"]
+
+
+def assert_claim_is_evidence(claim):
+    """A claim's verdict comes from the evidence API, with its effect, interval, n and unit (or a reason)."""
+    assert claim["verdict"] in VERDICTS
+    assert claim["holds"] is (claim["verdict"] == "holds")
+    evidence = Evidence.from_dict(claim["evidence"])  # re-derives the verdict: a written-down one is refused
+    assert evidence.verdict == claim["verdict"]
+    if evidence.kind == "not run":
+        assert evidence.reason
+        return
+    shown = evidence.parts[1] if evidence.kind == "given" else evidence
+    assert shown.n >= 1 and shown.unit and shown.test and shown.effect is not None
+    assert claim["evidence"]["summary"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_experiment_states_its_thresholds_before_the_run(name):
+    """Thresholds live at the top of the experiment module (fixed before the run), not inline in the claims."""
+    import inspect
+
+    source = inspect.getsource(inspect.getmodule(get_experiment(name).fn))
+    assert not re.search(r"\bholds\s*=", source) and "_median_paired" not in source
 
 
 def test_every_method_package_registers_its_experiment():

@@ -17,11 +17,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from iclr24.core.evidence import tally
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
 from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
-from iclr24.core.report import build_report
+from iclr24.core.report import build_report, claim_verdict
 from iclr24.core.runner import RunRecord, latest_run
-from iclr24.core.seeds import parse_seeds, write_seed_group
+from iclr24.core.seeds import latest_seed_group, parse_seeds, write_seed_group
 
 app = typer.Typer(
     add_completion=False,
@@ -63,11 +64,13 @@ def _resolve(name: str) -> list[Experiment]:
 def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders.")) -> None:
     """List the methods, their papers and claims, and the latest result of each."""
     table = Table(show_lines=True)
-    for column in ("method", "paper", "claims checked", "latest run"):
+    for column in ("method", "paper", "claims checked (latest verdict)", "latest run"):
         table.add_column(column)
     for exp in list_experiments():
         record = latest_run(runs, exp.name)
-        table.add_row(exp.name, exp.paper, "\n".join(f"- {c}" for c in exp.claims), _latest_summary(record))
+        verdicts = {c["statement"]: claim_verdict(c) for c in record.result.get("claims", [])} if record else {}
+        claims = "\n".join(f"- {c}" + (f": {_styled(verdicts[c])}" if c in verdicts else "") for c in exp.claims)
+        table.add_row(exp.name, exp.paper, claims, _latest_summary(record))
     console.print(table)
 
 
@@ -77,8 +80,7 @@ def _latest_summary(record: RunRecord | None) -> str:
     r = record.result
     if r.get("status") != "ok":
         return f"failed ({r.get('preset')}, {record.run_dir.name})"
-    claims = r.get("claims", [])
-    return f"{sum(c['holds'] for c in claims)}/{len(claims)} hold ({r.get('preset')}, {record.run_dir.name})"
+    return f"{tally(claim_verdict(c) for c in r.get('claims', []))} ({r.get('preset')}, {record.run_dir.name})"
 
 
 @app.command("run")
@@ -87,7 +89,8 @@ def run_command(
     preset: str = typer.Option("quick", "--preset", "-p", help=f"One of {', '.join(PRESETS)}."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed for python, numpy and torch (default 0)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Several seeds, e.g. 0,1,2 or 0-4: one run each, "
-                                        "plus a seed group that counts in how many seeds each claim holds."),
+                                        "plus a seed group that pools their replicates into one verdict per "
+                                        "claim."),
     executor: str = typer.Option("local", "--executor", help="local (this process) or ray (Ray tasks; extra "
                                  "'cluster')."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. auto); by default a "
@@ -99,6 +102,10 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
     threads: int = typer.Option(1, "--threads", min=1,
                                 help="torch threads; 1 gives the steadiest timings on a shared machine."),
+    processes: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+                                       help="Runs at once on this machine (local executor); default: one per core. "
+                                            "Experiments whose claims time wall-clock run alone afterwards; "
+                                            "--jobs 1 runs everything one after another."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Language-model backend for methods that use one: "
                                       "embedded, hf:/checkpoint/folder, llamacpp[:/file.gguf], openai:MODEL "
                                       "(server from $OPENAI_BASE_URL); sets $ICLR24_LLM."),
@@ -147,6 +154,8 @@ def run_command(
     if report:
         _check_writable_folder("--report-dir", report_dir)
 
+    if processes is not None and executor != "local":
+        raise _user_error("--jobs sets the local executor's processes; Ray places tasks itself")
     jobs = [Job(exp.name, preset, s, tuple(overrides)) for exp in experiments for s in seed_list]
     finished: dict[str, list[RunRecord]] = {}
 
@@ -157,8 +166,10 @@ def run_command(
             _print_group(write_seed_group(out, sorted(finished[record.name], key=lambda r: r.result["seed"])))
 
     try:
+        if processes is None:  # one run per core
+            processes = max(1, (os.cpu_count() or 1) // threads)
         records = run_jobs(jobs, runs_dir=out, executor=executor, address=address, quiet=quiet, threads=threads,
-                           on_record=on_record)
+                           processes=processes, on_record=on_record)
     except ValueError as err:  # a run the executor cannot place (e.g. more CPUs than a local cluster has)
         raise _user_error(str(err)) from None
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: finished runs stay published, nothing partial is left
@@ -166,6 +177,12 @@ def run_command(
                           f"unfinished run leaves nothing behind")
         raise typer.Exit(130) from None
     failed = [record for record in records if not record.ok]
+    isolation = os.environ.get("ICLR24_SANDBOX") or "strong"
+    console.print(f"claims: {_closing_tally(records, out, len(seed_list) > 1)}"
+                  + (f"; {len(failed)} of {len(records)} runs failed" if failed else "")
+                  + ("; generated code ran with WEAK isolation (ICLR24_SANDBOX=weak): the host was in its reach"
+                     if isolation == "weak" else "; generated code sandbox: strong isolation"), highlight=False,
+                  soft_wrap=True)
     if report:
         path = build_report(out, report_dir, list_experiments())
         console.print(f"report: {path}")
@@ -178,16 +195,37 @@ def run_command(
         raise typer.Exit(1)
 
 
+def _closing_tally(records: list[RunRecord], runs_dir: Path, grouped: bool) -> str:
+    """"k hold, m fail, j inconclusive, r not run" over the claims of this command's runs (a seed group's
+    pooled verdicts when several seeds ran)."""
+    verdicts = []
+    if grouped:
+        for name in dict.fromkeys(r.name for r in records):
+            group = latest_seed_group(runs_dir, name)
+            verdicts += [c["verdict"] for c in (group or {}).get("claims", {}).values()]
+    else:
+        verdicts = [claim_verdict(c) for r in records if r.ok for c in r.result.get("claims", [])]
+    return tally(verdicts)
+
+
 def _print_group(path: Path) -> None:
     group = json.loads(path.read_text(encoding="utf-8"))
-    table = Table(title=f"{group['name']} over seeds {group['seeds']} -> {path.parent}")
-    table.add_column("claim")
-    table.add_column("holds in")
+    table = Table(title=f"{group['name']} over seeds {group['seeds']} (replicates pooled) -> {path.parent}")
+    for column in ("claim", "verdict", "effect [95% interval], n", "each seed"):
+        table.add_column(column)
     for statement, c in group["claims"].items():
-        table.add_row(statement, f"{c['holds']}/{c['of']} seeds")
+        table.add_row(statement, _styled(c["verdict"]), (c.get("evidence") or {}).get("summary", c.get("reason", "")),
+                      ", ".join(f"{k}: {v}" for k, v in c.get("per_seed", {}).items()))
     console.print(table)
     if group["failed_seeds"]:
         err_console.print(f"{group['name']}: seeds {group['failed_seeds']} failed")
+
+
+_STYLES = {"holds": "green", "fails": "red", "inconclusive": "yellow", "not run": "dim"}
+
+
+def _styled(verdict: str) -> str:
+    return f"[{_STYLES[verdict]}]{verdict}[/]" if verdict in _STYLES else verdict
 
 
 def _print_record(record: RunRecord) -> None:
@@ -196,11 +234,15 @@ def _print_record(record: RunRecord) -> None:
         console.print(f"[bold red]{record.name}: failed[/] {r.get('error', '')} -> {record.run_dir}", highlight=False)
         return
     table = Table(title=f"{record.name} ({r['preset']}, {r['wall_time_s']:.1f}s) -> {record.run_dir}")
-    for column in ("claim", "paper", "measured here", "holds"):
+    for column in ("claim", "paper", "measured here", "verdict", "effect [95% interval], n"):
         table.add_column(column)
     for c in r["claims"]:
-        table.add_row(c["statement"], c["paper"], c["measured"], "[green]yes[/]" if c["holds"] else "[red]no[/]")
+        table.add_row(c["statement"], c["paper"], c["measured"], _styled(claim_verdict(c)),
+                      (c.get("evidence") or {}).get("summary", ""))
     console.print(table)
+    failed_checks = [c["statement"] for c in r.get("checks", []) if not c.get("passed")]
+    if failed_checks:
+        err_console.print(f"{record.name}: sanity checks FAILED: {failed_checks}")
 
 
 @app.command("report")
@@ -211,6 +253,7 @@ def report_command(
     """Rebuild report/index.html and report/README.md from the latest run of each method."""
     if not runs.is_dir():
         raise _user_error(f"no runs folder at {str(runs)!r}; run `iclr24 run all` first or pass --runs")
+    _check_writable_folder("--out", out)
     console.print(f"report: {build_report(runs, out, list_experiments())}")
 
 

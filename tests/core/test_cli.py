@@ -110,6 +110,19 @@ def test_run_all_runs_every_experiment_and_reports_failures_at_the_end(toys, tmp
     assert result.exit_code == 1
     assert (tmp_path / "runs" / "toy").is_dir()  # ran after the first one failed
     assert "1 of 2 runs failed: toy_forgetful (seed 0)" in result.output
+    assert "claims: 1 hold, 0 fail, 0 inconclusive, 0 not run; 1 of 2 runs failed" in result.output
+    assert "generated code sandbox: strong isolation" in result.output
+    listed = invoke("list")  # table cells wrap: look for the words
+    assert "holds" in listed.output and "inconclusive" in listed.output
+    shown = invoke("show", "toy")
+    assert "holds" in shown.output and "n=4" in shown.output
+
+
+def test_the_closing_line_names_weak_isolation(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ICLR24_SANDBOX", "weak")
+    result = invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report")
+    assert result.exit_code == 0 and "generated code ran with WEAK isolation" in result.output
 
 
 def test_the_registry_and_list_work_without_optional_extras():
@@ -132,3 +145,17 @@ def test_the_registry_and_list_work_without_optional_extras():
         out = subprocess.run([sys.executable, "-c", code, tmp], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'iclr24[graph]'" in out.stdout
+
+
+def test_report_into_an_existing_file_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "taken").write_text("a file")
+    result = invoke("report", "--out", "taken")
+    assert result.exit_code == 2 and "--out 'taken' is a file" in result.output and "Traceback" not in result.output
+
+
+def test_absurd_set_values_are_refused_before_the_run(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", "toy", "--set", "n=99999999999999999999999")
+    assert result.exit_code == 2 and "n must be <= 1e+07" in result.output and not (tmp_path / "runs").exists()

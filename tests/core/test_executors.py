@@ -54,7 +54,7 @@ def test_ray_runs_write_the_same_folders_and_metrics_as_local_runs(cluster, tmp_
     for a, b in zip(remote, local):
         assert (a.name, a.result["seed"]) == (b.name, b.result["seed"])
         assert a.result["metrics"] == b.result["metrics"]
-        assert [c["holds"] for c in a.result["claims"]] == [c["holds"] for c in b.result["claims"]]
+        assert [c["evidence"] for c in a.result["claims"]] == [c["evidence"] for c in b.result["claims"]]
         assert sorted(p.name for p in a.run_dir.iterdir()) == sorted(p.name for p in b.run_dir.iterdir())
         assert a.run_dir.parent == tmp_path / "ray" / a.name
         started = datetime.datetime.fromisoformat(a.result["started_at"])

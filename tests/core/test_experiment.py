@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from iclr24.core import Claim, Result, apply_overrides, experiment, get_experiment
+from iclr24.core import Check, Claim, Result, RunContext, apply_overrides, compare, experiment, get_experiment, not_run
 from iclr24.core.experiment import _REGISTRY
 from tests.core.toys import PRESETS, ToyConfig
 
@@ -85,11 +85,35 @@ def test_dict_overrides_are_type_checked():
         apply_overrides(ToyConfig(), {"n": True})
 
 
-def test_claim_holds_must_be_a_computed_bool():
-    assert Claim("s", "p", "m", holds=np.float64(2.0) > 1).holds is True
-    assert Claim("s", "p", "m", holds=torch.tensor(0.5) > 1).holds is False
-    with pytest.raises(TypeError, match="holds must be a bool"):
-        Claim("s", "p", "m", holds="yes")
+def test_a_claim_takes_its_verdict_from_evidence_only():
+    claim = Claim("s", "p", "m", evidence=compare([3.0, 4.0, 5.0], [1.0, 1.5, 2.0]))
+    assert (claim.verdict, claim.holds) == ("holds", True)
+    assert claim.criterion.startswith("mean paired difference > 0")  # the evidence's rule by default
+    record = claim.to_dict()
+    assert record["verdict"] == "holds" and record["holds"] is True and record["evidence"]["n"] == 3
+    assert Claim("s", "p", "m", evidence=not_run("switched off")).verdict == "not run"
+    with pytest.raises(TypeError, match="Claim.evidence must be an Evidence"):
+        Claim("s", "p", "m", evidence=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'holds'"):
+        Claim("s", "p", "m", holds=True)
+
+
+def test_a_sanity_check_is_a_plain_bool_kept_apart_from_claims():
+    assert Check("x is finite", np.bool_(True)).passed is True
+    assert Check("x is finite", torch.tensor(1.0) > 2).passed is False
+    with pytest.raises(TypeError, match="Check.passed must be a bool"):
+        Check("x", "yes")
+    with pytest.raises(TypeError, match="Check objects"):
+        Result(metrics={"a": 1.0}, claims=[], checks=["fine"])
+
+
+def test_replicate_seeds_of_a_seed_group_never_overlap(tmp_path):
+    blocks = [RunContext(seed=s, preset="smoke", run_dir=tmp_path).replicate_seeds(3) for s in range(4)]
+    assert blocks[0] == [0, 1, 2]  # seed 0 keeps the replicates it always had
+    flat = [s for block in blocks for s in block]
+    assert len(set(flat)) == len(flat) == 12
+    with pytest.raises(ValueError, match="n must be an int >= 1"):
+        RunContext(seed=0, preset="smoke", run_dir=tmp_path).replicate_seeds(0)
 
 
 def test_result_checks_metrics_and_figure_names():
@@ -108,3 +132,23 @@ def test_config_dataclass_must_be_dataclass():
         n: int = 1
 
     assert apply_overrides(C(), ["n=2"]).n == 2
+
+
+def test_config_ints_have_an_upper_bound_and_given_paths_must_exist(toys, tmp_path):
+    exp = get_experiment("toy")
+    with pytest.raises(ValueError, match=r"n must be <= 1e\+07, got 1e\+23"):
+        exp.config("smoke", ["n=99999999999999999999999"])
+    with pytest.raises(ValueError, match=r"sizes must hold values <= 1e\+07"):
+        exp.config("smoke", ["sizes=1,100000000"])
+
+
+def test_a_path_given_with_set_must_exist(tmp_path):
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class WithPath:
+        shape_sets_dir: str = ""
+
+    with pytest.raises(ValueError, match=r"shape_sets_dir='/nonexistent' does not exist"):
+        apply_overrides(WithPath(), ["shape_sets_dir=/nonexistent"])
+    assert apply_overrides(WithPath(), [f"shape_sets_dir={tmp_path}"]).shape_sets_dir == str(tmp_path)

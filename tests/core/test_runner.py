@@ -13,8 +13,10 @@ def test_run_writes_a_complete_folder(toys, tmp_path):
     assert {"result.json", "config.json", "environment.json", "log.txt", "samples.png", "artifacts"} <= names
     result = json.loads((record.run_dir / "result.json").read_text())
     assert result["status"] == "ok" and result["preset"] == "smoke" and result["seed"] == 1
-    assert result["claims"][0]["statement"] == "mean is small" and result["claims"][0]["holds"] is True
-    assert result["figures"] == ["samples.png"] and result["tables"]["draws"][0]["i"] == 0
+    assert result["claims"][0]["statement"] == "mean is small" and result["claims"][0]["verdict"] == "holds"
+    assert result["claims"][0]["evidence"]["unit"] == "draws" and result["checks"][0]["passed"] is True
+    assert (record.run_dir / "evidence.png").stat().st_size > 1000  # the forest plot, added by the runner
+    assert result["figures"] == ["samples.png", "evidence.png"] and result["tables"]["draws"][0]["i"] == 0
     assert result["wall_time_s"] >= 0 and result["timings"] == {"seconds": 0.1}
     config = json.loads((record.run_dir / "config.json").read_text())
     assert config == {"preset": "smoke", "class": "ToyConfig",

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from iclr24 import cli
+from iclr24.core.evidence import compare
 from iclr24.core.runner import RunRecord, latest_run
 from iclr24.core.seeds import latest_seed_group, parse_seeds, summarize_seeds, write_seed_group
 
@@ -28,9 +29,13 @@ def test_bad_seeds_are_refused_naming_the_option(text, message):
         parse_seeds(text)
 
 
-def record(seed, metric, holds, status="ok", name="toy"):
+def record(seed, metric, holds, status="ok", name="toy", gains=None):
+    """A run record whose one claim compares two arms over three replicates (``gains`` = a - b)."""
+    gains = gains if gains is not None else ([0.5, 0.6, 0.7] if holds else [-0.5, -0.6, -0.7])
+    evidence = compare(gains, [0.0] * len(gains), unit="seeds")
     result = {"name": name, "seed": seed, "status": status, "preset": "smoke", "metrics": {"m": metric, "flag": True},
-              "claims": [{"statement": "c", "holds": holds}]}
+              "claims": [{"statement": "c", "verdict": evidence.verdict, "holds": evidence.holds,
+                          "evidence": evidence.to_dict()}]}
     return RunRecord(name=name, run_dir=Path(f"/runs/{name}/2026010{seed}T000000Z"), result=result)
 
 
@@ -42,7 +47,10 @@ def test_summary_known_values():
     half = 4.302652729911275 / math.sqrt(3)  # Student t, 2 degrees of freedom, 97.5%
     assert m["ci95"] == pytest.approx([2 - half, 2 + half])
     assert "flag" not in group["metrics"]  # booleans are not metrics to average
-    assert group["claims"]["c"] == {"holds_in": [0, 2], "fails_in": [1], "holds": 2, "of": 3}
+    claim = group["claims"]["c"]
+    assert claim["per_seed"] == {"0": "holds", "1": "fails", "2": "holds"}
+    assert claim["evidence"]["n"] == 9 and claim["evidence"]["effect"] == pytest.approx(0.2)
+    assert claim["verdict"] == "inconclusive"  # two seeds for, one against: pooled, the interval spans 0
     assert group["failed_seeds"] == [3] and group["seeds"] == [0, 1, 2, 3]
     single = summarize_seeds([record(0, 1.0, True)])
     assert single["metrics"]["m"]["ci95"] is None and single["metrics"]["m"]["std"] is None  # undefined for one
@@ -54,6 +62,21 @@ def test_summary_known_values():
         summarize_seeds([record(0, 1.0, True), record(0, 2.0, True)])
     with pytest.raises(ValueError, match="runs of one experiment"):
         summarize_seeds([record(0, 1.0, True), record(1, 1.0, True, name="other")])
+
+
+def test_a_group_pools_replicates_so_seeds_that_are_each_inconclusive_can_decide():
+    """Two replicates per seed decide nothing alone; six together do (not a count of booleans)."""
+    runs = [record(s, 1.0, True, gains=g) for s, g in enumerate([[0.4, 0.5], [0.45, 0.55], [0.5, 0.6]])]
+    assert {r.result["claims"][0]["verdict"] for r in runs} == {"inconclusive"}
+    pooled = summarize_seeds(runs)["claims"]["c"]
+    assert pooled["verdict"] == "holds" and pooled["evidence"]["n"] == 6
+
+
+def test_a_group_of_runs_without_evidence_is_not_judged():
+    old = RunRecord(name="toy", run_dir=Path("/runs/toy/1"), result={
+        "name": "toy", "seed": 0, "status": "ok", "metrics": {}, "claims": [{"statement": "c", "holds": True}]})
+    claim = summarize_seeds([old])["claims"]["c"]
+    assert claim["verdict"] == "not run" and "schema 2" in claim["reason"]
 
 
 def test_a_group_folder_is_never_taken_for_a_run(tmp_path):
@@ -84,12 +107,14 @@ def test_cli_runs_each_seed_and_the_report_counts_the_claims(toys, tmp_path, mon
     runs = [d for d in (tmp_path / "runs" / "toy").iterdir() if not d.name.startswith("seeds-")]
     assert sorted(json.loads((d / "result.json").read_text())["seed"] for d in runs) == [0, 1, 2]
     group = latest_seed_group(tmp_path / "runs", "toy")
-    assert group["claims"]["mean is small"]["of"] == 3 and "3/3 seeds" in result.output
+    claim = group["claims"]["mean is small"]
+    assert claim["evidence"]["n"] == 12 and claim["verdict"] == "holds"  # 3 seeds x 4 draws, pooled
+    assert "replicates pooled" in result.output and "claims: 1 hold, 0 fail, 0 inconclusive, 0 not run" in result.output
     html = (tmp_path / "report" / "index.html").read_text()
-    assert "holds in 3/3 seeds" in html and "95% interval" in html
+    assert "pooled over seeds [0, 1, 2]" in html and "n=12 draws" in html and "95% interval" in html
     # a later single run supersedes the group in the report
     assert CliRunner().invoke(cli.app, ["run", "toy", "--preset", "smoke", "--quiet", "--seed", "5"]).exit_code == 0
-    assert "holds in 3/3 seeds" not in (tmp_path / "report" / "index.html").read_text()
+    assert "pooled over seeds" not in (tmp_path / "report" / "index.html").read_text()
     bad = CliRunner().invoke(cli.app, ["run", "toy", "--seeds", "2-1"])
     assert bad.exit_code == 2 and "runs backwards" in bad.output
     both = CliRunner().invoke(cli.app, ["run", "toy", "--seed", "5", "--seeds", "0,1"])

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from iclr24.core import Claim, Result
+from iclr24.core import Check, Claim, Result, against
 from iclr24.core.experiment import _REGISTRY, experiment
 
 
@@ -50,8 +50,10 @@ def register_toys():
         return Result(
             metrics={"mean": mean, "numpy": y},
             timings={"seconds": 0.1},
-            claims=[Claim("mean is small", paper="|mean| < 3", measured=f"{mean:.3f}", holds=abs(mean) < 3,
-                          criterion="|mean| < 3")],
+            claims=[Claim("mean is small", paper="|mean| < 3", measured=f"{mean:.3f}",
+                          evidence=against(x.abs().tolist(), 3.0, better="lower", unit="draws"),
+                          criterion="mean |x| < 3")],
+            checks=[Check("the draws are finite", bool(torch.isfinite(x).all()))],
             figures={"samples.png": fig},
             tables={"draws": [{"i": i, "x": v} for i, v in enumerate(x.tolist()[:3])]},
         )
@@ -72,7 +74,8 @@ def register_toys():
 
     @experiment(name="toy_empty", paper="Empty Toy (ICLR 2024)", presets=PRESETS, claims=["holds over nothing"])
     def empty(cfg, ctx):
-        return Result(metrics={}, claims=[Claim("holds over nothing", paper="-", measured="nothing", holds=True)])
+        return Result(metrics={}, claims=[Claim("holds over nothing", paper="-", measured="nothing",
+                                                evidence=against([0.0, 0.0, 0.0], -1.0))])
 
     return toy
 

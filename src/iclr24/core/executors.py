@@ -1,4 +1,4 @@
-"""Where runs execute: in this process (``local``) or as Ray tasks on a cluster (``ray``).
+"""Where runs execute: locally (in this process, or in a pool of local processes) or as Ray tasks (``ray``).
 
 Either way the driver writes every run folder, with the same layout and the same atomic
 publish as :func:`iclr24.core.runner.run`: a Ray worker runs the experiment into a private
@@ -51,20 +51,75 @@ def require_ray():
 
 
 def run_jobs(jobs: Sequence[Job], *, runs_dir: str | os.PathLike, executor: str = "local", address: str | None = None,
-             quiet: bool = False, threads: int | None = 1,
+             quiet: bool = False, threads: int | None = 1, processes: int = 1,
              on_record: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
-    """Run every job and return their records in the jobs' order; ``on_record`` sees each as it finishes."""
+    """Run every job and return their records in the jobs' order; ``on_record`` sees each as it finishes.
+
+    ``processes`` > 1 (local executor) runs jobs concurrently in that many worker processes (spawned, so each
+    starts clean); experiments that declare ``runs_alone`` (their claims time wall-clock) run afterwards, one at
+    a time, with nothing beside them. A run's metrics do not depend on what ran beside it.
+    """
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be an int >= 1, got {processes!r}")
     on_record = on_record or (lambda record: None)
-    if executor == "local":
-        records = []
-        for job in jobs:
-            records.append(run_local(job.name, preset=job.preset, seed=job.seed, overrides=list(job.overrides),
-                                     runs_dir=runs_dir, quiet=quiet, threads=threads))
-            on_record(records[-1])
-        return records
-    return _run_on_ray(jobs, Path(runs_dir), address, quiet, threads, on_record)
+    if executor == "ray":
+        return _run_on_ray(jobs, Path(runs_dir), address, quiet, threads, on_record)
+    records: list[RunRecord | None] = [None] * len(jobs)
+    alone = [i for i, job in enumerate(jobs) if get_experiment(job.name).runs_alone]
+    shared = [i for i in range(len(jobs)) if i not in alone]
+    if not all(_spawnable(jobs[i].name) for i in shared):  # a fresh process would not know the experiment
+        processes = 1
+    in_order = list(range(len(jobs)))  # one at a time: the jobs' own order
+    if processes > 1 and len(shared) > 1:
+        _run_in_processes(jobs, shared, records, Path(runs_dir), min(processes, len(shared)), threads, on_record)
+        in_order = alone  # after the pool has finished: nothing runs beside them
+    for i in in_order:
+        job = jobs[i]
+        records[i] = run_local(job.name, preset=job.preset, seed=job.seed, overrides=list(job.overrides),
+                               runs_dir=runs_dir, quiet=quiet, threads=threads)
+        on_record(records[i])
+    return records
+
+
+def _spawnable(name: str) -> bool:
+    """Whether a fresh process finds ``name``: the method packages register on import; an experiment registered at
+    run time (a notebook, a test) exists only in this process."""
+    from iclr24.core.methods import METHOD_PACKAGES
+
+    module = getattr(get_experiment(name).fn, "__module__", "")
+    return module in {f"iclr24.{package}.experiment" for package in METHOD_PACKAGES}
+
+
+def _local_worker(job: Job, runs_dir: str, threads: int | None) -> RunRecord:
+    """In a worker process: one run, written straight into ``runs_dir`` (publishing claims names atomically)."""
+    return run_local(job.name, preset=job.preset, seed=job.seed, overrides=list(job.overrides), runs_dir=runs_dir,
+                     quiet=True, threads=threads)
+
+
+def _run_in_processes(jobs: Sequence[Job], which: list[int], records: list, runs_dir: Path, processes: int,
+                      threads: int | None, on_record: Callable[[RunRecord], None]) -> None:
+    """Run ``jobs[i]`` for ``i`` in ``which`` on a pool of spawned processes; a worker that dies becomes a failed
+    record; Ctrl-C cancels what has not started (the running ones stop as Ctrl-C stops any run)."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    pool = cf.ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_local_worker, jobs[i], str(runs_dir), threads): i for i in which}
+        for future in cf.as_completed(futures):
+            i = futures[future]
+            try:
+                records[i] = future.result()
+            except Exception as err:  # the worker raised or died: a failed record, not a lost run
+                records[i] = write_failed_run(runs_dir, jobs[i], f"{type(err).__name__}: {err}",
+                                              traceback.format_exc())
+            on_record(records[i])
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 _SCRATCH = "iclr24-ray-"

@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from iclr24.core.evidence import Evidence
+
 __all__ = [
     "PRESETS",
+    "Check",
     "Claim",
     "Experiment",
     "Result",
@@ -39,7 +42,7 @@ PRESETS = ("smoke", "quick", "paper")
 
 @dataclass(frozen=True)
 class Claim:
-    """One of the paper's claims, checked against this run.
+    """One of the paper's claims, judged from this run's measurements.
 
     Parameters
     ----------
@@ -49,28 +52,70 @@ class Claim:
         The paper's own number and setting, e.g. ``"5x at n=131k, causal, A100"``.
     measured : str
         What this run measured, in the same terms, e.g. ``"2.4x at n=32k, causal, CPU"``.
-    holds : bool
-        Whether the claim holds here, computed from this run's measurements.
+    evidence : Evidence
+        The statistic the verdict rests on, built by :mod:`iclr24.core.evidence` (``compare``, ``against``,
+        ``ratio``, ``all_of``, ``given``, or ``not_run`` with a reason). The verdict is the evidence's: a claim
+        cannot be given one by hand.
     criterion : str
-        The test ``holds`` applies, stated before looking at the result,
-        e.g. ``"speed-up at the longest n > 1"``.
+        The test in words, stated before looking at the result; by default the evidence's own rule.
+
+    Attributes
+    ----------
+    verdict : str
+        ``"holds"``, ``"fails"``, ``"inconclusive"`` or ``"not run"``.
+    holds : bool
+        ``verdict == "holds"`` (for readers of the boolean).
     """
 
     statement: str
     paper: str
     measured: str
-    holds: bool
+    evidence: Evidence
     criterion: str = ""
 
     def __post_init__(self) -> None:
-        # numpy and torch booleans (np.bool_, 0-d tensors) are stored as a plain bool for JSON.
-        holds = self.holds.item() if hasattr(self.holds, "item") else self.holds
-        if not isinstance(holds, bool):
-            raise TypeError(f"Claim.holds must be a bool computed from measurements, got {self.holds!r}")
-        object.__setattr__(self, "holds", holds)
+        if not isinstance(self.evidence, Evidence):
+            raise TypeError(f"Claim.evidence must be an Evidence from iclr24.core.evidence (compare, against, "
+                            f"ratio, all_of, given, not_run), got {self.evidence!r}")
         for name in ("statement", "paper", "measured", "criterion"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"Claim.{name} must be a str, got {getattr(self, name)!r}")
+        if not self.criterion:
+            object.__setattr__(self, "criterion", self.evidence.criterion)
+
+    @property
+    def verdict(self) -> str:
+        return self.evidence.verdict
+
+    @property
+    def holds(self) -> bool:
+        return self.evidence.verdict == "holds"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"statement": self.statement, "paper": self.paper, "measured": self.measured,
+                "criterion": self.criterion, "verdict": self.verdict, "holds": self.holds,
+                "evidence": self.evidence.to_dict()}
+
+
+@dataclass(frozen=True)
+class Check:
+    """A sanity check: a fact the code guarantees (an invariant, an identity), shown apart from the claims.
+
+    A check that holds by construction is not evidence for the paper; one that fails means a bug.
+    """
+
+    statement: str
+    passed: bool
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        passed = self.passed.item() if hasattr(self.passed, "item") else self.passed
+        if not isinstance(passed, bool):
+            raise TypeError(f"Check.passed must be a bool, got {self.passed!r}")
+        object.__setattr__(self, "passed", passed)
+        for name in ("statement", "detail"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Check.{name} must be a str, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -85,7 +130,7 @@ class Result:
     metrics : dict of str to float
         Deterministic measurements: the same seed and preset give the same values.
     claims : list of Claim
-        The paper's claims, each with the measured value and whether it holds.
+        The paper's claims, each with the measured value and its verdict (from the evidence).
     timings : dict of str to float
         Wall-clock measurements (seconds or ratios of them). They depend on the
         machine and its load, so they are kept apart from ``metrics`` and are not
@@ -97,6 +142,8 @@ class Result:
         JSON and shown in the report.
     notes : str
         Free text shown in the report under the method's table (scale, caveats).
+    checks : list of Check
+        Sanity checks (facts true by construction), shown apart from the claims.
     """
 
     metrics: dict[str, float]
@@ -105,6 +152,7 @@ class Result:
     figures: dict[str, Any] = field(default_factory=dict)
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     notes: str = ""
+    checks: list[Check] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for kind in ("metrics", "timings"):
@@ -121,6 +169,9 @@ class Result:
         for claim in self.claims:
             if not isinstance(claim, Claim):
                 raise TypeError(f"Result.claims must hold Claim objects, got {claim!r}")
+        for check in self.checks:
+            if not isinstance(check, Check):
+                raise TypeError(f"Result.checks must hold Check objects, got {check!r}")
         for name in self.figures:
             if not name.endswith(".png") or "/" in name or name.startswith("."):
                 raise ValueError(f"figure names must be plain '*.png' file names, got {name!r}")
@@ -152,6 +203,16 @@ class RunContext:
         """Write a line to the run's log.txt (and to the console unless quiet)."""
         self._log(message)
 
+    def replicate_seeds(self, n: int) -> list[int]:
+        """The seeds of this run's ``n`` replicates: ``seed * n + i``.
+
+        Seed 0 gives 0..n-1; runs with seeds 0, 1, 2, ... of one seed group get disjoint blocks, so pooling their
+        replicates (``iclr24 run --seeds``) never counts one replicate twice.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        return [(self.seed * n + i) % 2**63 for i in range(n)]
+
     def path(self, name: str) -> Path:
         """A path for an artefact inside the run folder (``artifacts/<name>``).
 
@@ -182,6 +243,7 @@ class Experiment:
     description: str = ""
     default_preset: str = "quick"
     num_cpus: int = 1  # the cores one run uses: what a Ray task asks for (--executor ray)
+    runs_alone: bool = False  # its claims time wall-clock: `run all` runs it with nothing beside it
 
     @property
     def config_class(self) -> type:
@@ -210,6 +272,7 @@ def experiment(
     claims: Sequence[str] = (),
     description: str = "",
     num_cpus: int = 1,
+    runs_alone: bool = False,
 ) -> Callable[[Callable[[Any, RunContext], Result]], Experiment]:
     """Register a reproduction under ``name``.
 
@@ -230,6 +293,9 @@ def experiment(
         One line shown by ``iclr24 list``.
     num_cpus : int
         The cores one run keeps busy; a Ray task asks for this many (default 1).
+    runs_alone : bool
+        The claims time wall-clock (a speed-up): ``run all`` runs this experiment after the others, with nothing
+        beside it, so the timings are not shared with another run's load.
 
     Examples
     --------
@@ -269,6 +335,7 @@ def experiment(
             claims=tuple(claims),
             description=description or _first_line(fn.__doc__),
             num_cpus=num_cpus,
+            runs_alone=bool(runs_alone),
         )
         previous = _REGISTRY.get(name)
         # Re-importing the same module (importlib.reload, notebooks) re-registers the same
@@ -349,6 +416,9 @@ def apply_overrides(cfg: Any, overrides: Sequence[str] | Mapping[str, Any], *, w
             changes[key] = _parse(value, tp) if from_text else _check(value, tp)
         except (TypeError, ValueError) as err:
             raise ValueError(f"bad value for {key!r} in {where}: {value!r} ({err})") from None
+    for key, value in changes.items():  # a path the user gives must exist, even where this preset never reads it
+        if key.endswith(PATH_SUFFIXES) and isinstance(value, str) and value and not Path(value).exists():
+            raise ValueError(f"{where}: {key}={value!r} does not exist")
     try:
         cfg = dataclasses.replace(cfg, **changes)
     except (TypeError, ValueError) as err:  # the config's own __post_init__ checks
@@ -357,10 +427,19 @@ def apply_overrides(cfg: Any, overrides: Sequence[str] | Mapping[str, Any], *, w
     return cfg
 
 
+#: Config fields named like this hold a path (checked to exist when set with ``--set``).
+PATH_SUFFIXES = ("_dir", "_path", "_file")
+#: The largest int a config field may hold unless its class says otherwise (``maximum``): past it a run would
+#: never end (the largest in any preset is 200,000).
+MAX_INT_FIELD = 10**7
+
+
 def check_config_fields(cfg: Any, *, where: str = "config") -> None:
     """The checks every experiment config gets, before a run starts (a config's ``__post_init__`` adds its own).
 
-    Counts are ints >= 1, other numbers finite and >= 0, sequences non-empty. A config class relaxes this for
+    Counts are ints >= 1 and <= :data:`MAX_INT_FIELD`, other numbers finite and >= 0, sequences non-empty. A config
+    class sets other upper bounds with a class attribute ``maximum`` (a dict of field name to bound), and relaxes
+    the rest for
     named fields with class attributes: ``allow_zero`` (ints that may be 0, e.g. "0 problems from this set"),
     ``allow_negative`` (numbers that may be negative, e.g. -1 meaning "the default layer") and
     ``allow_empty`` (sequences that may be empty).
@@ -368,12 +447,16 @@ def check_config_fields(cfg: Any, *, where: str = "config") -> None:
     allow_zero = set(getattr(cfg, "allow_zero", ()))
     allow_negative = set(getattr(cfg, "allow_negative", ()))
     allow_empty = set(getattr(cfg, "allow_empty", ()))
+    maximum = dict(getattr(cfg, "maximum", {}))
 
     def check_number(name: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return
         if not math.isfinite(value):
             raise ValueError(f"{where}: {name} must be finite, got {value}")
+        cap = maximum.get(name, MAX_INT_FIELD if isinstance(value, int) else math.inf)
+        if value > cap:
+            raise ValueError(f"{where}: {name} must be <= {cap:g}, got {value:g}")
         if name in allow_negative:
             return
         if isinstance(value, int) and name not in allow_zero and value < 1:
@@ -390,6 +473,9 @@ def check_config_fields(cfg: Any, *, where: str = "config") -> None:
                 if isinstance(item, (int, float)) and not isinstance(item, bool):
                     if not math.isfinite(item) or (item < 0 and f.name not in allow_negative):
                         raise ValueError(f"{where}: {f.name} must hold finite values >= 0, got {value}")
+                    cap = maximum.get(f.name, MAX_INT_FIELD if isinstance(item, int) else math.inf)
+                    if item > cap:
+                        raise ValueError(f"{where}: {f.name} must hold values <= {cap:g}, got {item:g}")
         else:
             check_number(f.name, value)
 

@@ -15,11 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from iclr24.core.evidence import VERDICTS, tally
 from iclr24.core.io import write_bytes_atomic, write_text_atomic
 from iclr24.core.runner import RunRecord, latest_runs
 from iclr24.core.seeds import latest_seed_group
 
-__all__ = ["build_report"]
+__all__ = ["build_report", "claim_verdict"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:72rem;
@@ -28,6 +29,7 @@ h1{margin-bottom:.2rem} h2{margin-top:2.5rem;border-bottom:1px solid #ddd;paddin
 table{border-collapse:collapse;margin:.8rem 0;font-size:.92rem} th,td{border:1px solid #d0d0d0;padding:.3rem .55rem;
 text-align:left;vertical-align:top} th{background:#f4f4f6} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .holds{color:#0a7a2f;font-weight:600} .fails{color:#b3261e;font-weight:600} .muted{color:#666}
+.inconclusive{color:#a0640a;font-weight:600} .notrun{color:#777;font-weight:600}
 .env{font-size:.85rem;color:#444} img{max-width:100%;border:1px solid #eee;margin:.4rem 0}
 pre{background:#f6f6f8;padding:.6rem;overflow-x:auto;font-size:.8rem}
 """
@@ -77,36 +79,53 @@ def build_report(
 
 def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[str, str],
                   groups: dict[str, dict] | None = None) -> list[dict[str, str]]:
+    """One row per claim. After a seed group, the verdict and evidence are the group's pooled ones."""
     rows = []
     groups = groups or {}
     for name in names:
         record = records.get(name)
+        blank = {"paper_value": "", "measured": "", "verdict": "", "evidence": "", "n": "", "seeds": ""}
         if record is None:
-            rows.append({"method": name, "paper": papers.get(name, ""), "claim": "(not run yet)", "paper_value": "",
-                         "measured": "", "holds": "", "time": ""})
+            rows.append({**blank, "method": name, "paper": papers.get(name, ""), "claim": "(not run yet)",
+                         "time": ""})
             continue
         r = record.result
         time_s = f"{r.get('wall_time_s', 0):.0f}s ({r.get('preset', '?')})"
         if r.get("status") != "ok":
-            rows.append({"method": name, "paper": r.get("paper", ""), "claim": "run failed",
-                         "paper_value": "", "measured": r.get("error", ""), "holds": "failed", "time": time_s})
+            rows.append({**blank, "method": name, "paper": r.get("paper", ""), "claim": "run failed",
+                         "measured": r.get("error", ""), "verdict": "run failed", "time": time_s})
             continue
-        group_claims = groups.get(name, {}).get("claims", {})
+        group = groups.get(name, {})
         for claim in r.get("claims", []) or [{}]:
-            over = group_claims.get(claim.get("statement"))
-            failed = len(groups.get(name, {}).get("failed_seeds") or [])
+            over = group.get("claims", {}).get(claim.get("statement"))
+            evidence = (over or {}).get("evidence") or claim.get("evidence") or {}
+            verdict = over["verdict"] if over else claim_verdict(claim)
+            failed = len(group.get("failed_seeds") or [])
+            seeds = ""
+            if over:
+                per_seed = ", ".join(f"{k}: {v}" for k, v in over.get("per_seed", {}).items())
+                seeds = f"pooled over seeds {group.get('seeds')} (each: {per_seed})" + (
+                    f", {failed} failed" if failed else "")
             rows.append({
-                "seeds": (f"holds in {over['holds']}/{over['of']} seeds" + (f", {failed} failed" if failed else ""))
-                if over else "",
                 "method": name,
                 "paper": r.get("paper", ""),
                 "claim": claim.get("statement", "(no claims)"),
                 "paper_value": claim.get("paper", ""),
                 "measured": claim.get("measured", ""),
-                "holds": ("yes" if claim["holds"] else "no") if "holds" in claim else "",
+                "verdict": verdict if claim else "",
+                "evidence": evidence.get("summary", "") if evidence else (over or {}).get("reason", ""),
+                "test": evidence.get("criterion", "") if evidence else "",
+                "seeds": seeds,
                 "time": time_s,
             })
     return rows
+
+
+def claim_verdict(claim: dict[str, Any]) -> str:
+    """A result.json claim's verdict; results written before verdicts existed (schema 1) read from ``holds``."""
+    if claim.get("verdict") in VERDICTS:
+        return claim["verdict"]
+    return ("holds" if claim["holds"] else "fails") if "holds" in claim else ""
 
 
 def _env_line(env: dict[str, Any]) -> str:
@@ -143,25 +162,32 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
     groups = groups or {}
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = _summary_rows(names, records, papers, groups)
-    held = sum(r["holds"] == "yes" for r in rows)
-    checked = sum(r["holds"] in ("yes", "no") for r in rows)
+    counts = tally(row["verdict"] for row in rows if row["verdict"] in VERDICTS)
+    failed_runs = sum(row["verdict"] == "run failed" for row in rows)
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<title>iclr24 report</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>iclr24: ICLR 2024 papers, reproduced at small scale</h1>",
         f"<p class='env'>Generated {e(generated)}. Machine: {e(_env_line(env))}.</p>",
-        f"<p>{held} of {checked} checked claims hold in these runs. Each claim's verdict is computed from what "
-        "its run measured; the paper's number is shown beside ours, at the paper's scale and hardware.</p>",
+        *_weak_banner(environments),
+        f"<p><b>{e(counts)}</b>" + (f", {failed_runs} runs failed" if failed_runs else "") + ". Each verdict is "
+        "computed from what its run measured, over replicates, against a threshold fixed before the run: "
+        "<span class='holds'>holds</span> when the whole 95% interval of the effect is past it, "
+        "<span class='fails'>fails</span> when the whole interval is on the other side, "
+        "<span class='inconclusive'>inconclusive</span> otherwise (a tie, fewer than 3 replicates, an interval "
+        "across the threshold). The paper's number is shown beside ours, at the paper's scale and hardware.</p>",
         "<table id='summary'><thead><tr><th>method</th><th>claim</th><th>paper</th><th>measured here</th>"
-        "<th>holds</th><th>time</th></tr></thead><tbody>",
+        "<th>verdict</th><th>effect [95% interval], n</th><th>time</th></tr></thead><tbody>",
     ]
     for row in rows:
-        cls = {"yes": "holds", "no": "fails", "failed": "fails"}.get(row["holds"], "muted")
+        cls = _verdict_class(row["verdict"])
         out.append(
             f"<tr><td><a href='#{e(row['method'])}'>{e(row['method'])}</a></td><td>{e(row['claim'])}</td>"
             f"<td>{e(row['paper_value'])}</td><td>{e(row['measured'])}</td>"
-            f"<td class='{cls}'>{e(row['holds'])}{'<br>' + e(row['seeds']) if row.get('seeds') else ''}</td>"
+            f"<td class='{cls}'>{e(row['verdict'])}</td>"
+            f"<td title='{e(row.get('test', ''))}'>{e(row['evidence'])}"
+            f"{'<br><span class=muted>' + e(row['seeds']) + '</span>' if row.get('seeds') else ''}</td>"
             f"<td class='num'>{e(row['time'])}</td></tr>"
         )
     out.append("</tbody></table>")
@@ -189,13 +215,25 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
         return out + [f"<p class='fails'>Run failed: {e(r.get('error', ''))}</p>",
                       f"<pre>{e(r.get('traceback', ''))}</pre></section>"]
     if r.get("claims"):
-        out.append("<table><thead><tr><th>claim</th><th>criterion</th><th>paper</th><th>measured here</th>"
-                   "<th>holds</th></tr></thead><tbody>")
+        out.append("<table><thead><tr><th>claim</th><th>criterion (fixed before the run)</th><th>paper</th>"
+                   "<th>measured here</th><th>verdict</th><th>effect [95% interval], n</th><th>test</th>"
+                   "<th>P(better)</th></tr></thead><tbody>")
         for c in r["claims"]:
-            cls = "holds" if c["holds"] else "fails"
+            verdict = claim_verdict(c)
+            ev = c.get("evidence") or {}
+            prob = ev.get("prob_improvement")
             out.append(f"<tr><td>{e(c['statement'])}</td><td>{e(c.get('criterion', ''))}</td><td>{e(c['paper'])}</td>"
-                       f"<td>{e(c['measured'])}</td><td class='{cls}'>{'yes' if c['holds'] else 'no'}</td></tr>")
+                       f"<td>{e(c['measured'])}</td><td class='{_verdict_class(verdict)}'>{e(verdict)}</td>"
+                       f"<td>{e(ev.get('summary', ''))}</td><td>{e(ev.get('test', ''))}</td>"
+                       f"<td class='num'>{'' if prob is None else f'{prob:.2f}'}</td></tr>")
         out.append("</tbody></table>")
+    if r.get("checks"):
+        out.append("<h3>sanity checks (true by construction; not evidence for the paper)</h3><ul>")
+        for c in r["checks"]:
+            mark = "<span class='holds'>ok</span>" if c.get("passed") else "<span class='fails'>FAILED</span>"
+            detail = f": {e(c['detail'])}" if c.get("detail") else ""
+            out.append(f"<li>{mark} {e(c.get('statement', ''))}{detail}</li>")
+        out.append("</ul>")
     if group:
         out.extend(_html_group(group))
     if r.get("notes"):
@@ -218,14 +256,31 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
 
 
 def _html_group(group: dict) -> list[str]:
-    """Claims counted over the seeds, and each metric's spread: the tables above are the latest seed's."""
-    claims = [{"claim": s, "holds in": f"{c['holds']}/{c['of']} seeds"} for s, c in group.get("claims", {}).items()]
+    """Claims with the seeds' replicates pooled, and each metric's spread: the tables above are the latest
+    seed's."""
+    claims = [{"claim": s, "pooled verdict": c.get("verdict", ""),
+               "effect [95% interval], n": (c.get("evidence") or {}).get("summary", c.get("reason", "")),
+               "each seed": ", ".join(f"{k}: {v}" for k, v in c.get("per_seed", {}).items())}
+              for s, c in group.get("claims", {}).items()]
     metrics = [{"metric": k, "mean": m["mean"], "std": m["std"],
                 "95% interval": "–" if m.get("ci95") is None else f"{m['ci95'][0]:.4g} .. {m['ci95'][1]:.4g}",
                 "seeds": m["n"]} for k, m in group.get("metrics", {}).items()]
     failed = group.get("failed_seeds") or []
     title = f"over seeds {group.get('seeds')}" + (f" (failed: {failed})" if failed else "")
     return _html_table(f"claims {title}", claims) + _html_table(f"metrics {title}", metrics)
+
+
+def _weak_banner(environments: dict[str, dict]) -> list[str]:
+    weak = sorted(name for name, env in environments.items() if env.get("sandbox_isolation") == "weak")
+    if not weak:
+        return []
+    return [f"<p class='fails'>Generated code ran with WEAK isolation (ICLR24_SANDBOX=weak) in the runs of "
+            f"{html.escape(', '.join(weak))}: the host's files and processes were in its reach.</p>"]
+
+
+def _verdict_class(verdict: str) -> str:
+    return {"holds": "holds", "fails": "fails", "run failed": "fails", "inconclusive": "inconclusive",
+            "not run": "notrun"}.get(verdict, "muted")
 
 
 def _html_table(title: str, rows: list[dict[str, Any]]) -> list[str]:
@@ -247,18 +302,23 @@ def _markdown(names, records, papers, env, out_dir: Path, groups=None) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
+    rows = _summary_rows(names, records, papers, groups)
     lines = [
         "# iclr24 report",
         "",
         f"Machine: {_env_line(env)}.",
         "",
-        "| method | claim | paper | measured here | holds | time |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"{tally(row['verdict'] for row in rows if row['verdict'] in VERDICTS)}.",
+        "",
+        "| method | claim | paper | measured here | verdict | effect [95% interval], n | time |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for row in _summary_rows(names, records, papers, groups):
-        row = {**row, "holds": f"{row['holds']} ({row['seeds']})" if row.get("seeds") else row["holds"]}
+    for row in rows:
+        evidence = f"{row['evidence']} ({row['seeds']})" if row.get("seeds") else row["evidence"]
+        row = {**row, "evidence": evidence}
         lines.append("| " + " | ".join(cell(row[k]) for k in
-                                       ("method", "claim", "paper_value", "measured", "holds", "time")) + " |")
+                                       ("method", "claim", "paper_value", "measured", "verdict", "evidence",
+                                        "time")) + " |")
     for name in names:
         record = records.get(name)
         if record is None or record.result.get("status") != "ok":

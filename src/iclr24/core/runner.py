@@ -2,11 +2,11 @@
 
 A run writes ``<runs_dir>/<name>/<UTC timestamp>/``::
 
-    result.json        status, metrics, timings, claims, tables, wall time (and the error if it failed)
+    result.json        status, metrics, timings, claims, checks, tables, wall and CPU time (and the error if it failed)
     config.json        the preset name, the config class and every field
     environment.json   python, platform, CPU, package versions, torch threads, git commit
     log.txt            what the reproduction logged, with times
-    *.png              figures
+    *.png              figures, and evidence.png: each claim's effect and interval against its threshold
     artifacts/         anything the reproduction wrote through ``ctx.path`` (kept only on success)
 
 Everything is written into a hidden temporary folder that is renamed when complete,
@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from iclr24.core.evidence import forest_plot, tally
 from iclr24.core.experiment import Experiment, Result, RunContext, get_experiment
 from iclr24.core.io import write_json_atomic
 from iclr24.core.progress import set_quiet
@@ -54,7 +55,10 @@ from iclr24.core.progress import set_quiet
 __all__ = ["RunInterrupted", "RunRecord", "environment", "latest_run", "latest_runs", "load_run", "run",
            "seed_everything"]
 
-RESULT_SCHEMA = 1
+# 2: claims carry a verdict and its evidence; results carry sanity checks.
+RESULT_SCHEMA = 2
+#: The forest plot the runner adds to every run with claims.
+EVIDENCE_FIGURE = "evidence.png"
 # This machine, in temporary folder names: only its own dead processes' folders are swept.
 _HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:32] or "host"
 _PACKAGES = ("iclr24", "torch", "numpy", "scipy", "scikit-learn", "matplotlib", "typer", "rich")
@@ -103,6 +107,8 @@ def environment() -> dict[str, Any]:
         "packages": versions,
         "git_commit": _git_commit(),
         "argv": list(sys.argv),
+        # How generated code (ToRA's, L2MAC's programs) is contained: iclr24.sandbox reads the same variable.
+        "sandbox_isolation": os.environ.get("ICLR24_SANDBOX") or "strong",
     }
 
 
@@ -207,7 +213,7 @@ def _execute(exp: Experiment, cfg: Any, seed: int, preset: str, quiet: bool, tmp
     seed_everything(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     log(f"start: preset={preset} seed={seed} config={cfg}")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     try:
         result = exp(cfg, RunContext(seed=seed, preset=preset, run_dir=tmp, quiet=quiet, _log=log))
         if not isinstance(result, Result):
@@ -218,11 +224,18 @@ def _execute(exp: Experiment, cfg: Any, seed: int, preset: str, quiet: bool, tmp
         if not result.metrics:  # claims checked over nothing are not a result
             raise RuntimeError(f"experiment {exp.name!r} measured nothing (no metrics) with config {cfg}")
         wall = time.perf_counter() - t0
-        figures = _save_figures(result.figures, tmp)
-        held = sum(c.holds for c in result.claims)
-        log(f"done in {wall:.1f}s: {held}/{len(result.claims)} claims hold")
-        return {**header, "status": "ok", "wall_time_s": wall, "metrics": result.metrics,
+        figures = dict(result.figures)
+        if result.claims and EVIDENCE_FIGURE not in figures:
+            figures[EVIDENCE_FIGURE] = forest_plot(result.claims, title=f"{exp.name}: each claim's effect and "
+                                                   "interval against its threshold")
+        figures = _save_figures(figures, tmp)
+        failed_checks = [c.statement for c in result.checks if not c.passed]
+        log(f"done in {wall:.1f}s: {tally(c.verdict for c in result.claims)}"
+            + (f"; sanity checks FAILED: {failed_checks}" if failed_checks else ""))
+        return {**header, "status": "ok", "wall_time_s": wall, "cpu_time_s": _cpu_seconds() - cpu0,
+                "metrics": result.metrics,
                 "timings": result.timings, "claims": [c.to_dict() for c in result.claims],
+                "checks": [c.to_dict() for c in result.checks],
                 "tables": _jsonable(result.tables), "figures": figures, "notes": result.notes}
     except Exception as err:  # a failed run is recorded, not lost
         wall = time.perf_counter() - t0
@@ -286,6 +299,14 @@ def _publish(tmp: Path, parent: Path, stamp: str) -> Path:
                 raise RuntimeError(f"the finished run could not be renamed; it is kept at {tmp}: {err}") from err
             raise
         return candidate
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process (every thread) and of the children it has waited for (sandboxed programs)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _pid_alive(pid: int) -> bool:

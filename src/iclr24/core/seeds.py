@@ -2,7 +2,8 @@
 
 Each seed's run is an ordinary run folder (``runs/<name>/<timestamp>/``); the group adds
 ``runs/<name>/seeds-<timestamp>/summary.json``, written atomically, holding per metric the mean,
-standard deviation and 95% interval over the seeds, and per claim in how many seeds it holds.
+standard deviation and 95% interval over the seeds, and per claim one verdict from the seeds' replicates
+pooled into one comparison (:func:`iclr24.core.evidence.pool`), beside each seed's own verdict.
 A group folder has no ``result.json``, so it is never mistaken for a run.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from iclr24.core.evidence import VERDICTS, pool
 from iclr24.core.io import write_json_atomic
 from iclr24.core.runner import RunRecord, _publish, new_tmp_folder
 
@@ -58,7 +60,7 @@ def _t_quantile_975(dof: int) -> float:
 
 def summarize_seeds(records: Sequence[RunRecord]) -> dict[str, Any]:
     """The seed-group record of runs of one experiment: per metric mean, std and 95% interval (Student t)
-    over the runs that completed; per claim, the seeds where it holds."""
+    over the runs that completed; per claim, the pooled verdict and evidence, and each seed's verdict."""
     if not records:
         raise ValueError("summarize_seeds needs at least one run")
     names = {r.name for r in records}
@@ -80,11 +82,7 @@ def summarize_seeds(records: Sequence[RunRecord]) -> dict[str, Any]:
         half = _t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else None
         metrics[key] = {"mean": mean, "std": std, "ci95": [mean - half, mean + half] if half is not None else None,
                         "n": n, "non_finite": len(present) - n, "values": values}
-    claims: dict[str, dict[str, Any]] = {}
-    for r in ok:
-        for claim in r.result.get("claims", []):
-            entry = claims.setdefault(claim["statement"], {"holds_in": [], "fails_in": []})
-            entry["holds_in" if claim["holds"] else "fails_in"].append(r.result["seed"])
+    claims = {statement: _pool_claim(entries) for statement, entries in _claims_by_statement(ok).items()}
     return {
         "name": records[0].name,
         "preset": records[0].result.get("preset"),
@@ -92,9 +90,31 @@ def summarize_seeds(records: Sequence[RunRecord]) -> dict[str, Any]:
         "runs": [r.run_dir.name for r in records],
         "failed_seeds": [r.result.get("seed") for r in records if not r.ok],
         "metrics": metrics,
-        "claims": {s: {**c, "holds": len(c["holds_in"]), "of": len(c["holds_in"]) + len(c["fails_in"])}
-                   for s, c in claims.items()},
+        "claims": claims,
     }
+
+
+def _claims_by_statement(records: Sequence[RunRecord]) -> dict[str, list[tuple[int, dict]]]:
+    found: dict[str, list[tuple[int, dict]]] = {}
+    for r in records:
+        for claim in r.result.get("claims", []):
+            found.setdefault(claim["statement"], []).append((r.result["seed"], claim))
+    return found
+
+
+def _pool_claim(entries: list[tuple[int, dict]]) -> dict[str, Any]:
+    """One claim over the group: its replicates pooled into one comparison (not a count of per-seed verdicts)."""
+    per_seed = {str(seed): claim.get("verdict", "inconclusive") for seed, claim in entries}
+    evidence = [claim["evidence"] for _, claim in entries if isinstance(claim.get("evidence"), dict)]
+    if not evidence:
+        return {"verdict": "not run", "per_seed": per_seed, "evidence": None,
+                "reason": "the runs hold no evidence to pool (written before result schema 2)"}
+    try:
+        pooled = pool(evidence)
+    except (TypeError, ValueError) as err:  # e.g. a threshold that differs between seeds: nothing to pool
+        return {"verdict": "inconclusive", "per_seed": per_seed, "evidence": None,
+                "reason": f"the seeds' evidence cannot be pooled: {err}"}
+    return {"verdict": pooled.verdict, "per_seed": per_seed, "evidence": pooled.to_dict()}
 
 
 def write_seed_group(runs_dir: str | os.PathLike, records: Sequence[RunRecord]) -> Path:
@@ -133,7 +153,7 @@ def _check_group(group: Any) -> None:
     ok = (isinstance(group, dict) and isinstance(group.get("runs"), list) and isinstance(group.get("seeds"), list)
           and isinstance(group.get("failed_seeds", []), list) and isinstance(group.get("claims"), dict)
           and isinstance(group.get("metrics"), dict)
-          and all(isinstance(c, dict) and isinstance(c.get("holds"), int) and isinstance(c.get("of"), int)
+          and all(isinstance(c, dict) and c.get("verdict") in VERDICTS and isinstance(c.get("per_seed"), dict)
                   for c in group["claims"].values())
           and all(isinstance(m, dict) and _is_real(m.get("mean")) and (m.get("std") is None or _is_real(m["std"]))
                   and (m.get("ci95") is None or (isinstance(m["ci95"], list) and len(m["ci95"]) == 2

@@ -1,0 +1,37 @@
+"""`run all` on every core: the local executor's process pool gives the same runs as one process."""
+
+from datetime import datetime, timedelta
+
+from iclr24.core.executors import Job, run_jobs
+
+JOBS = [Job("orthogonal_classifier", "smoke", 0), Job("kernel_trees", "smoke", 0),
+        Job("hyperattention", "smoke", 0), Job("orthogonal_classifier", "smoke", 1)]
+
+
+def test_a_process_pool_writes_the_same_runs_in_the_jobs_order(tmp_path):
+    seen = []
+    pooled = run_jobs(JOBS, runs_dir=tmp_path / "pool", quiet=True, processes=2, on_record=seen.append)
+    alone = run_jobs(JOBS, runs_dir=tmp_path / "one", quiet=True, processes=1)
+    assert [(r.name, r.result["seed"]) for r in pooled] == [(j.name, j.seed) for j in JOBS]
+    assert all(r.ok for r in pooled) and len(seen) == 4
+    for a, b in zip(pooled, alone):  # a metric does not depend on what ran beside it
+        assert a.result["metrics"] == b.result["metrics"]
+        assert [c["verdict"] for c in a.result["claims"]] == [c["verdict"] for c in b.result["claims"]]
+        assert a.run_dir.parent == tmp_path / "pool" / a.name
+    # hyperattention times wall-clock: it runs after the pool, with nothing beside it
+    assert seen[-1].name == "hyperattention"
+    finished = max(datetime.fromisoformat(r.result["started_at"]) + timedelta(seconds=r.result["wall_time_s"])
+                   for r in pooled if r.name != "hyperattention")
+    assert datetime.fromisoformat(seen[-1].result["started_at"]) >= finished - timedelta(seconds=1)  # s resolution
+
+
+def test_experiments_a_fresh_process_cannot_find_run_here(toys, tmp_path):
+    records = run_jobs([Job("toy", "smoke", 0), Job("toy", "smoke", 1)], runs_dir=tmp_path, quiet=True, processes=2)
+    assert [r.ok for r in records] == [True, True]
+
+
+def test_processes_must_be_a_positive_int(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="processes must be an int >= 1, got 0"):
+        run_jobs([], runs_dir=tmp_path, processes=0)
