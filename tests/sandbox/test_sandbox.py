@@ -77,6 +77,13 @@ def test_huge_output_is_truncated():
     assert len(result.stdout) == 1000 and result.truncated and result.exit_code != 0
 
 
+def test_output_cut_at_the_stream_limit_is_truncated_even_below_max_output_bytes():
+    # the review's case: max_output_bytes far above the 1 MiB stream cap; the pipe is closed at the cap
+    result = run_python("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", timeout_s=5,
+                        max_output_bytes=2**31, max_file_mb=1)
+    assert result.truncated and result.exit_code != 0 and 2**20 <= len(result.stdout) < 2**20 + 2**17
+
+
 def test_a_large_file_stops_at_the_file_size_limit():
     result = run_python("open('big', 'wb').write(b'x' * (3 * 2**20))", max_file_mb=1)
     assert result.exit_code != 0 and "File too large" in result.stderr
@@ -91,7 +98,10 @@ def test_environment_secrets_are_not_inherited(monkeypatch):
 # --- choosing the isolation -----------------------------------------------------------------------
 
 def test_weak_isolation_only_when_asked_for(monkeypatch):
-    weak = run_python("print('hi')", isolation="weak")
+    from iclr24.sandbox import WeakIsolationWarning
+
+    with pytest.warns(WeakIsolationWarning, match="WEAK isolation.*can read and write the host's files"):
+        weak = run_python("print('hi')", isolation="weak")
     assert weak.ok and weak.stdout == "hi\n" and weak.isolation == "weak(rlimits,audit-hook)"
     monkeypatch.setenv("ICLR24_SANDBOX", "weak")
     assert run_python("pass").isolation == "weak(rlimits,audit-hook)"
@@ -200,3 +210,34 @@ def test_the_program_may_have_another_file_name_and_pytest_its_arguments():
 def test_arguments_from_a_generator_reach_the_program():
     result = run_python("import sys\nprint(sys.argv[1:])", args=(a for a in ["x", "y"]))
     assert result.stdout == "['x', 'y']\n"
+
+
+def test_folders_left_by_a_killed_caller_are_swept_by_the_next_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = Path(tempfile.gettempdir()) / f"iclr24-sandbox-{int(dead.stdout)}-abc"
+    stale.mkdir()
+    (stale / "work").mkdir()
+    alive = Path(tempfile.mkdtemp(prefix=f"iclr24-sandbox-{os.getppid()}-"))  # a live owner: kept
+    try:
+        assert run_python("pass").ok
+        assert not stale.exists() and alive.exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
+
+
+def test_the_requested_isolation_is_named(monkeypatch):
+    from iclr24.sandbox import requested_isolation
+
+    monkeypatch.delenv("ICLR24_SANDBOX", raising=False)
+    assert requested_isolation() == "strong"
+    monkeypatch.setenv("ICLR24_SANDBOX", "weak")
+    assert requested_isolation() == "weak"

@@ -16,9 +16,13 @@ __all__ = ["FeatureScore", "direct_completion", "features_percent", "humaneval_p
 
 @dataclass(frozen=True)
 class FeatureScore:
+    """Hidden tests passed, of those expected; ``rejected`` says why the harness's report was refused (then
+    every test counts as failed)."""
+
     passed: int
     total: int
     isolation: str = ""
+    rejected: str = ""
 
     @property
     def percent(self) -> float:
@@ -27,15 +31,15 @@ class FeatureScore:
 
 def features_percent(files: Mapping[str, str], task: CodingTask, *, timeout_s: float = 60.0) -> FeatureScore:
     """Run the task's hidden tests against ``files``: the share that passes (a file that fails to import
-    fails all its tests)."""
-    from iclr24.sandbox import run_pytest
+    fails all its tests).
 
-    total = sum(len(re.findall(r"^def test_", text, flags=re.MULTILINE)) for text in task.hidden_tests.values())
-    store = {path: text for path, text in files.items() if path not in task.hidden_tests}
-    result = run_pytest({**store, **task.hidden_tests}, timeout_s=timeout_s,
-                        args=["--continue-on-collection-errors", *sorted(task.hidden_tests)])
-    passed = sum(int(n) for n in re.findall(r"(\d+) passed", result.stdout))
-    return FeatureScore(min(passed, total), total, result.isolation)
+    Outcomes come from the sandbox's scoring harness (:func:`iclr24.sandbox.score_pytest`): the real pytest,
+    none of the program's conftest or config, and a report the program cannot write; never its output.
+    """
+    from iclr24.sandbox import score_pytest
+
+    report = score_pytest(files, task.hidden_tests, timeout_s=timeout_s)
+    return FeatureScore(report.passed, report.total, report.result.isolation, report.rejected)
 
 
 def load_humaneval(limit: int | None = None) -> list[dict]:
@@ -49,11 +53,15 @@ def load_humaneval(limit: int | None = None) -> list[dict]:
 
 
 def humaneval_passes(problem: dict, code: str, *, timeout_s: float = 10.0) -> bool:
-    """Whether ``code`` (defining the entry point) passes the problem's tests, run in the sandbox."""
-    from iclr24.sandbox import run_python
+    """Whether ``code`` (defining the entry point) passes the problem's tests, run in the sandbox.
+
+    A pass is the scoring harness's report, with a per-call nonce, that ``check()`` returned
+    (:func:`iclr24.sandbox.score_check`): exiting early (``os._exit(0)``, ``sys.exit(0)``) is a failure.
+    """
+    from iclr24.sandbox import score_check
 
     program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
-    return run_python(program, timeout_s=timeout_s).ok
+    return score_check(program, timeout_s=timeout_s).passed
 
 
 def direct_completion(llm, problem: dict, *, max_tokens: int = 384) -> str:

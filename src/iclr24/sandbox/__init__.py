@@ -6,9 +6,21 @@
 
 Rule of the house: code that a model generated runs only through this package. It runs
 under bubblewrap (user, pid, network, mount namespaces; seccomp; whole-run cgroup limits) and
-refuses to run with less unless asked (``isolation="weak"``). docs/sandbox.md: the threat model.
+refuses to run with less unless asked (``isolation="weak"``). Generated code is scored with
+``score_pytest`` / ``score_check``, from a report it cannot write (never its output).
+docs/sandbox.md: the threat model.
 """
 
-from iclr24.sandbox.runner import ExecResult, SandboxUnavailable, probe_isolation, run_pytest, run_python
+from iclr24.sandbox.runner import (
+    ExecResult,
+    SandboxUnavailable,
+    WeakIsolationWarning,
+    probe_isolation,
+    requested_isolation,
+    run_pytest,
+    run_python,
+)
+from iclr24.sandbox.scoring import CheckResult, TestReport, score_check, score_pytest
 
-__all__ = ["ExecResult", "SandboxUnavailable", "probe_isolation", "run_pytest", "run_python"]
+__all__ = ["CheckResult", "ExecResult", "SandboxUnavailable", "TestReport", "WeakIsolationWarning", "probe_isolation",
+           "requested_isolation", "run_pytest", "run_python", "score_check", "score_pytest"]

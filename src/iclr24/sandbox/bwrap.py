@@ -41,6 +41,8 @@ __all__ = ["SANDBOX_DIR", "SANDBOX_UID", "BwrapPlan", "missing_tools", "python_p
 
 SANDBOX_DIR = "/sandbox"
 _INPUT_DIR = "/.sandbox-input"  # the caller's files, read-only; copied into /sandbox first
+HARNESS_MOUNT = "/.sandbox-harness"  # a scoring harness, read-only, outside the program's tree
+HARNESS_FILE = "harness.py"
 SANDBOX_UID = 1000  # the id inside; outside it is a fresh id (as root) or the caller's own
 _OUTSIDE_UIDS = (2**30, 2**31 - 2**16)  # far above any account's id and any container's subuid range
 _TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -93,6 +95,7 @@ class BwrapPlan:
     root: bool = field(default_factory=lambda: os.geteuid() == 0)
     outside_uid: int = field(default_factory=lambda: random.SystemRandom().randrange(*_OUTSIDE_UIDS))
     cgroup_procs: list[Path] = field(default_factory=list)  # the wrapper joins these first (root)
+    harness_dir: Path | None = None  # host directory bound read-only at HARNESS_MOUNT
 
     def __post_init__(self) -> None:
         self.binds: list[tuple[str, str]] = []  # (host source, sandbox path), read-only
@@ -142,6 +145,8 @@ class BwrapPlan:
                  "--ro-bind", str(self.etc_dir / "group"), "/etc/group"]
         # the root and /dev are bubblewrap's own tmpfs: read-only once built (not recursive, so
         # the tmpfs mounted on them stay writable; writing to a device node is not writing to /dev)
+        if self.harness_dir is not None:
+            argv += ["--ro-bind", str(self.harness_dir), HARNESS_MOUNT]
         argv += ["--ro-bind", str(self.workdir), _INPUT_DIR, "--remount-ro", "/dev", "--remount-ro", "/",
                  "--chdir", SANDBOX_DIR]
         if seccomp_fd is not None:

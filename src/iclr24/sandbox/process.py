@@ -31,11 +31,17 @@ class Completed:
     timed_out: bool
     duration: float
     truncated: bool
+    report: bytes = b""  # what arrived on the report pipe (``report_fd``), if one was given
 
 
 class _Stream:
     def __init__(self, pipe, keep: int) -> None:
         self.pipe, self.fd, self.keep, self.data, self.total = pipe, pipe.fileno(), keep, bytearray(), 0
+        self.cut = False  # the pipe was closed on the writer before it was done
+
+    @property
+    def truncated(self) -> bool:
+        return self.cut or self.total > self.keep
 
     def take(self, chunk: bytes) -> None:
         room = self.keep - len(self.data)
@@ -45,12 +51,42 @@ class _Stream:
 
 
 def execute(command: list[str], *, cwd, env: dict[str, str], pass_fds: tuple[int, ...], timeout_s: float,
-            keep_bytes: int, max_bytes: int, kill_all: Callable[[], None] = lambda: None) -> Completed:
-    """Run ``command`` in a new session; on the time limit kill its group and call ``kill_all``."""
+            keep_bytes: int, max_bytes: int, kill_all: Callable[[], None] = lambda: None,
+            stdin_data: bytes | None = None, report_pipe: tuple[int, int] | None = None,
+            report_keep_bytes: int = 0) -> Completed:
+    """Run ``command`` in a new session; on the time limit kill its group and call ``kill_all``.
+
+    ``stdin_data`` is written to the command's standard input, which is then closed (otherwise it reads
+    nothing). ``report_pipe`` is ``(read end, write end)`` of a pipe whose write end is among ``pass_fds``: the
+    write end is closed here once the command holds it, and what arrives on the read end (up to
+    ``report_keep_bytes``) is ``Completed.report``: a channel the host owns, not a file in the program's reach.
+    """
     start = time.monotonic()
-    proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, pass_fds=pass_fds, close_fds=True, start_new_session=True)
+    try:
+        proc = subprocess.Popen(command, cwd=cwd, env=env,
+                                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds, close_fds=True,
+                                start_new_session=True)
+    except BaseException:
+        if report_pipe is not None:
+            os.close(report_pipe[0])
+        raise
+    finally:
+        if report_pipe is not None:
+            os.close(report_pipe[1])  # the command holds it now; EOF comes when the command's side closes
+    if stdin_data is not None:
+        try:
+            proc.stdin.write(stdin_data)  # a few hundred bytes: they fit the pipe's buffer
+        except BrokenPipeError:
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
     streams = [_Stream(proc.stdout, keep_bytes), _Stream(proc.stderr, keep_bytes)]
+    if report_pipe is not None:
+        streams.append(_Stream(os.fdopen(report_pipe[0], "rb", buffering=0), report_keep_bytes))
     selector = selectors.DefaultSelector()
     for stream in streams:
         os.set_blocking(stream.fd, False)
@@ -82,6 +118,7 @@ def execute(command: list[str], *, cwd, env: dict[str, str], pass_fds: tuple[int
                 except BlockingIOError:
                     continue
                 stream.take(chunk)
+                stream.cut = bool(chunk) and stream.total > max_bytes
                 if not chunk or stream.total > max_bytes:
                     selector.unregister(stream.fd)  # EOF, or enough: the writer gets EPIPE from now on
                     stream.pipe.close()
@@ -94,7 +131,8 @@ def execute(command: list[str], *, cwd, env: dict[str, str], pass_fds: tuple[int
         for stream in streams:
             stream.pipe.close()
     return Completed(bytes(streams[0].data), bytes(streams[1].data), proc.returncode, timed_out,
-                     time.monotonic() - start, any(s.total > s.keep for s in streams))
+                     time.monotonic() - start, any(s.truncated for s in streams[:2]),
+                     bytes(streams[2].data) if len(streams) > 2 else b"")
 
 
 def _pidfd(pid: int) -> int | None:

@@ -27,17 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from iclr24.sandbox.bwrap import INSTALL_HINT, SANDBOX_DIR, BwrapPlan, missing_tools
+from iclr24.sandbox.bwrap import HARNESS_FILE, HARNESS_MOUNT, INSTALL_HINT, SANDBOX_DIR, BwrapPlan, missing_tools
 from iclr24.sandbox.cgroup import RunCgroup
 from iclr24.sandbox.process import execute
 from iclr24.sandbox.seccomp import seccomp_filter
 
-__all__ = ["ExecResult", "SandboxUnavailable", "probe_isolation", "run_pytest", "run_python"]
+__all__ = ["ExecResult", "SandboxUnavailable", "WeakIsolationWarning", "probe_isolation", "requested_isolation",
+           "run_pytest", "run_python"]
 
 Isolation = Literal["strong", "weak"]
 _ISOLATIONS = ("strong", "weak")
 _ENV_VAR = "ICLR24_SANDBOX"
 _NOFILE = 256
+_FOLDER_PREFIX = "iclr24-sandbox-"  # + the caller's pid: a dead caller's folders are swept by the next run
 _MAX_TIMEOUT_S = 7 * 86400
 # With weak isolation, this launcher installs an audit hook (which Python code cannot remove)
 # before running the program: careless code gets no socket; ctypes or a subprocess get around it.
@@ -149,7 +151,7 @@ def run_python(
         raise ValueError(f"files must not contain {entry!r}: that name holds the program given as code")
     return _run(("script", entry), _check_argv(args), {entry: code, **files}, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
-                max_output_bytes=max_output_bytes, isolation=isolation)
+                max_output_bytes=max_output_bytes, isolation=isolation)[0]
 
 
 def run_pytest(files: Mapping[str, str | bytes], *, timeout_s: float = 60.0, memory_mb: int = 1024,
@@ -164,7 +166,12 @@ def run_pytest(files: Mapping[str, str | bytes], *, timeout_s: float = 60.0, mem
         raise ValueError("files must hold at least one file to test")
     return _run(("module", "pytest"), ("-q", "-p", "no:cacheprovider", *_check_argv(args)), files, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=16, max_file_mb=16, max_output_bytes=max_output_bytes,
-                isolation=isolation)
+                isolation=isolation)[0]
+
+
+def requested_isolation() -> str:
+    """The isolation runs get by default here: ``"strong"``, or ``"weak"`` when ``$ICLR24_SANDBOX`` asks for it."""
+    return _resolve_isolation(None)
 
 
 def probe_isolation(isolation: Isolation | None = None) -> str:
@@ -250,7 +257,14 @@ def _resolve_isolation(isolation) -> str:
 # --- running ------------------------------------------------------------------------------------
 
 def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, max_processes, max_file_mb,
-         max_output_bytes, isolation) -> ExecResult:
+         max_output_bytes, isolation, harness: str | None = None, stdin_data: bytes | None = None,
+         report_keep_bytes: int = 0) -> tuple[ExecResult, bytes]:
+    """Run ``target`` (``("script", path)`` or ``("module", name)``) over ``files``; the result and what arrived
+    on the report pipe.
+
+    With ``harness`` (a Python source), the target is that harness instead, run isolated (``python -I``) from a
+    read-only folder outside the program's tree, so nothing the program writes can shadow it or stand in for it.
+    """
     _check_limits(timeout_s, memory_mb, max_processes, max_file_mb, max_output_bytes)
     mode = _resolve_isolation(isolation)
     if not sys.platform.startswith("linux"):
@@ -264,7 +278,8 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
     kind, name = target
     limits = [f"--cpu={math.ceil(timeout_s) + 1}", f"--as={memory_mb * 2**20}", f"--fsize={max_file_mb * 2**20}",
               "--core=0", f"--nofile={_NOFILE}"]
-    base = Path(tempfile.mkdtemp(prefix="iclr24-sandbox-"))
+    _sweep_stale_folders()
+    base = Path(tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-"))
     cgroup = None
     try:
         workdir = base / "work"
@@ -273,19 +288,30 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
             path = workdir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content.encode() if isinstance(content, str) else content)
+        harness_dir = None
+        if harness is not None:
+            harness_dir = base / "harness"
+            harness_dir.mkdir()
+            (harness_dir / HARNESS_FILE).write_text(harness)
+            os.chmod(harness_dir, 0o755)
+            os.chmod(harness_dir / HARNESS_FILE, 0o644)
         if mode == "weak":
             (workdir / ".tmp").mkdir()
             (base / "launch.py").write_text(_GUARDED_LAUNCHER)
+            if harness_dir is not None:
+                kind, name = "script", str(harness_dir / HARNESS_FILE)
             # the pid namespace is missing here, so NPROC counts the caller's processes too: leave room for them
             limits.append(f"--nproc={max_processes + _processes_of_this_user()}")
             program = [sys.executable, "-E", "-s", str(base / "launch.py"), kind, name, *args]
             command = [shutil.which("prlimit"), *limits, "--", *program]
             env = _environment(home=str(workdir), tmp=str(workdir / ".tmp"))
+            _warn_weak()
+            report_pipe, env = _report_pipe(env, report_keep_bytes)
             return _execute(command, workdir, env, (), timeout_s, max_output_bytes, max_file_mb,
-                            "weak(rlimits,audit-hook)", None)
+                            "weak(rlimits,audit-hook)", None, stdin_data, report_pipe, report_keep_bytes)
         cgroup = RunCgroup.create(memory_mb * 2**20, max_processes + 1) if root else None
         plan = BwrapPlan(workdir, stage_dir=base / "stage", etc_dir=base / "etc", root=root,
-                         cgroup_procs=cgroup.procs_files if cgroup else [])
+                         cgroup_procs=cgroup.procs_files if cgroup else [], harness_dir=harness_dir)
         if root:
             os.chmod(base, 0o711)  # the unprivileged id traverses it to reach work/, etc/ and stage/
             for path in workdir.rglob("*"):  # readable, not writable: it is copied in
@@ -294,7 +320,10 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
             os.chmod(workdir, 0o700)
         # the reaper bubblewrap runs as pid 1 of the namespace counts as one process
         limits.append(f"--nproc={max_processes + 1}")
-        program = [sys.executable, "-E", "-s", *(["-m", name] if kind == "module" else [name]), *args]
+        if harness_dir is not None:
+            program = [sys.executable, "-I", f"{HARNESS_MOUNT}/{HARNESS_FILE}", *args]
+        else:
+            program = [sys.executable, "-E", "-s", *(["-m", name] if kind == "module" else [name]), *args]
         env = _environment(home=SANDBOX_DIR, tmp="/tmp")
         layers = ["bwrap"] + (["uid"] if root else [])
         with tempfile.TemporaryFile() as status, tempfile.TemporaryFile() as bpf:
@@ -306,12 +335,13 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
                 layers.append("seccomp")
             if cgroup is not None:
                 layers.append(f"cgroup({','.join(cgroup.controllers)})")
+            report_pipe, env = _report_pipe(env, report_keep_bytes)
             command = plan.command(program, env=env, limits=limits, tmpfs_bytes=memory_mb * 2**20,
                                    status_fd=status.fileno(),
                                    seccomp_fd=bpf.fileno() if filter_bytes is not None else None)
             fds = (status.fileno(),) + ((bpf.fileno(),) if filter_bytes is not None else ())
-            result = _execute(command, workdir, env, fds, timeout_s, max_output_bytes, max_file_mb, "+".join(layers),
-                              cgroup)
+            result, report = _execute(command, workdir, env, fds, timeout_s, max_output_bytes, max_file_mb,
+                                      "+".join(layers), cgroup, stdin_data, report_pipe, report_keep_bytes)
             status.seek(0)
             started = b'"child-pid"' in status.read()
         if not started and not result.timed_out:
@@ -321,7 +351,7 @@ def _run(target: tuple[str, str], args, files: dict, *, timeout_s, memory_mb, ma
                 "unprivileged user namespaces (sysctl user.max_user_namespaces > 0; kernel.unprivileged_userns_clone"
                 "=1 where it exists; in a container, a seccomp profile that allows unshare/clone); or opt into "
                 f"weak isolation with isolation='weak' or {_ENV_VAR}=weak")
-        return result
+        return result, report
     finally:
         if cgroup is not None:
             cgroup.kill_all()
@@ -337,12 +367,51 @@ def _environment(home: str, tmp: str) -> dict[str, str]:
 
 
 def _execute(command, workdir, env, pass_fds, timeout_s, max_output_bytes, max_file_mb, isolation,
-             cgroup) -> ExecResult:
-    done = execute(command, cwd=workdir, env=env, pass_fds=pass_fds, timeout_s=timeout_s, keep_bytes=max_output_bytes,
-                   max_bytes=max_file_mb * 2**20, kill_all=cgroup.kill_all if cgroup is not None else lambda: None)
+             cgroup, stdin_data=None, report_pipe=None, report_keep_bytes=0) -> tuple[ExecResult, bytes]:
+    done = execute(command, cwd=workdir, env=env, pass_fds=(*pass_fds, *(report_pipe[1:] if report_pipe else ())),
+                   timeout_s=timeout_s, keep_bytes=max_output_bytes, max_bytes=max_file_mb * 2**20,
+                   kill_all=cgroup.kill_all if cgroup is not None else lambda: None, stdin_data=stdin_data,
+                   report_pipe=report_pipe, report_keep_bytes=report_keep_bytes)
     oom = cgroup is not None and cgroup.oom_kills() > 0
     return ExecResult(done.stdout.decode("utf-8", errors="replace"), done.stderr.decode("utf-8", errors="replace"),
-                      done.returncode, done.timed_out, done.duration, done.truncated, isolation, oom)
+                      done.returncode, done.timed_out, done.duration, done.truncated, isolation, oom), done.report
+
+
+def _sweep_stale_folders() -> None:
+    """Remove the run folders of callers that died without cleaning up (SIGKILL): their pid is in the name."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_FOLDER_PREFIX}*-*"):
+        owner = path.name[len(_FOLDER_PREFIX):].split("-")[0]
+        if not owner.isdigit() or int(owner) == os.getpid():
+            continue
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (PermissionError, OverflowError):
+            pass
+
+
+def _report_pipe(env: dict[str, str], keep_bytes: int) -> tuple[tuple[int, int] | None, dict[str, str]]:
+    """A pipe for the harness's report (``$ICLR24_REPORT_FD`` names its write end), made just before the command
+    starts: :func:`iclr24.sandbox.process.execute` closes both ends."""
+    if keep_bytes <= 0:
+        return None, env
+    read, write = os.pipe()
+    return (read, write), {**env, "ICLR24_REPORT_FD": str(write)}
+
+
+def _warn_weak() -> None:
+    """Weak isolation leaves the host in reach of the program: say so on every run, not only in the docs."""
+    import warnings
+
+    warnings.warn("iclr24.sandbox runs generated code with WEAK isolation (ICLR24_SANDBOX=weak or "
+                  "isolation='weak'): the program can read and write the host's files and signal its processes. "
+                  "Use it only for trusted code; install bubblewrap for strong isolation.", WeakIsolationWarning,
+                  stacklevel=4)
+
+
+class WeakIsolationWarning(UserWarning):
+    """A program ran under weak isolation: the host's files and processes were in its reach."""
 
 
 def _processes_of_this_user() -> int:
