@@ -457,3 +457,116 @@ def test_openai_backend_has_a_total_deadline_for_a_trickled_body(faulty):
     assert time.perf_counter() - start < 3
     with pytest.raises(ValueError, match="deadline must be a positive"):
         get_model("openai", model="m", base_url=faulty, deadline=0)
+
+
+# --- HTTP faults: each one a clear error of the library's own, naming the server and the cause ------------------
+
+
+class _Fault(JSONHandler):
+    mode = ""
+    calls = 0
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        _Fault.calls += 1
+        if _Fault.mode == "huge":  # 40 MB of text for max_tokens=8, in chunks, no Content-Length
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"id": "x", "object": "text_completion", "created": 0, "model": "m", "choices": '
+                             b'[{"index": 0, "finish_reason": "stop", "text": "')
+            for _ in range(40):
+                try:
+                    self.wfile.write(b"x" * 2**20)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+            self.wfile.write(b'"}]}')
+        elif _Fault.mode == "reset":
+            self.connection.shutdown(2)
+        elif _Fault.mode in ("500", "429", "429-later"):
+            self.send_response(int(_Fault.mode[:3]))
+            self.send_header("Content-Type", "application/json")
+            if _Fault.mode == "429-later":
+                self.send_header("Retry-After", "3600")
+            data = json.dumps({"error": {"message": "slow down" if "429" in _Fault.mode else "overloaded"}}).encode()
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        else:
+            choice = {"index": 0, "finish_reason": _Fault.mode.split(":")[1] if ":" in _Fault.mode else "stop"}
+            if _Fault.mode == "no-text":
+                pass
+            elif _Fault.mode == "null-text:length":
+                choice["text"] = None
+            else:
+                choice["text"] = "fine"
+            usage = {"prompt_tokens": 1, "completion_tokens": 500 if _Fault.mode == "overlong" else 1,
+                     "total_tokens": 2}
+            self._send(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                             "choices": [choice], "usage": usage})
+
+
+@pytest.fixture
+def fault():
+    _Fault.mode, _Fault.calls = "", 0
+    with serving(_Fault) as url:
+        yield url
+
+
+def test_a_body_past_the_cap_is_refused(fault):
+    from iclr24.llm.openai_backend import ResponseError
+
+    _Fault.mode = "huge"
+    model = get_model("openai", model="m", base_url=fault, max_retries=0, timeout=20, max_response_bytes=2**20)
+    with pytest.raises(ResponseError, match=r"sent more than 1048576 bytes"):
+        model.generate("x", max_tokens=8)
+
+
+def test_more_tokens_than_max_tokens_is_refused(fault):
+    from iclr24.llm.openai_backend import ResponseError
+
+    _Fault.mode = "overlong"
+    with pytest.raises(ResponseError, match="500 completion tokens for max_tokens=8"):
+        get_model("openai", model="m", base_url=fault, max_retries=0).generate("x", max_tokens=8)
+
+
+def test_a_missing_text_is_an_error_and_a_null_one_keeps_its_finish_reason(fault):
+    from iclr24.llm.openai_backend import ResponseError
+
+    model = get_model("openai", model="m", base_url=fault, max_retries=0)
+    _Fault.mode = "no-text"
+    with pytest.raises(ResponseError, match="without a 'text' field"):
+        model.generate("x")
+    _Fault.mode = "null-text:length"
+    completion, = model.generate("x")
+    assert (completion.text, completion.finish_reason) == ("", "length")
+    _Fault.mode = "text:content_filter"
+    assert model.generate("x")[0].finish_reason == "content_filter"
+
+
+def test_server_errors_are_wrapped_and_retried(fault):
+    from iclr24.llm.openai_backend import RateLimitError, ServerError
+
+    _Fault.mode = "500"
+    with pytest.raises(ServerError, match=r"answered 500: overloaded") as info:
+        get_model("openai", model="m", base_url=fault, max_retries=1).generate("x")
+    assert info.value.status == 500 and _Fault.calls == 2 and fault.rsplit("/v1", 1)[0] in str(info.value)
+    _Fault.mode, _Fault.calls = "429", 0
+    with pytest.raises(RateLimitError, match=r"rate-limited this client \(429\) in 1 tries: slow down"):
+        get_model("openai", model="m", base_url=fault, max_retries=0).generate("x")
+
+
+def test_a_retry_after_past_the_deadline_is_reported_at_once(fault):
+    from iclr24.llm.openai_backend import RateLimitError
+
+    _Fault.mode = "429-later"
+    start = time.perf_counter()
+    with pytest.raises(RateLimitError, match=r"asks to retry after 3600 s, past this call's 30 s deadline") as info:
+        get_model("openai", model="m", base_url=fault, max_retries=3, deadline=30).generate("x")
+    assert info.value.retry_after == 3600 and _Fault.calls == 1 and time.perf_counter() - start < 10
+
+
+def test_a_reset_connection_is_not_called_a_timeout(fault):
+    _Fault.mode = "reset"
+    with pytest.raises(ConnectionError, match="reset or closed before a complete answer"):
+        get_model("openai", model="m", base_url=fault, max_retries=0, timeout=10).generate("x")

@@ -45,7 +45,7 @@ class Completion:
     """
 
     text: str
-    finish_reason: str  # "stop" (a stop string or end of sequence) or "length"
+    finish_reason: str  # "stop" (a stop string or end of sequence), "length", or "content_filter" (HTTP servers)
     prompt_tokens: int
     completion_tokens: int
     duration_s: float

@@ -1,9 +1,14 @@
 """Any OpenAI-compatible server (vLLM, llama.cpp server, Ollama, hosted APIs) through the ``openai`` client.
 
-Chat messages go to ``/chat/completions``, text prompts to ``/completions``. Retries with
-exponential backoff on 429 and 5xx are the client's (``max_retries``). Over HTTP only the top
-``top_logprobs`` alternatives per token are available (at most 20), never the full
-vocabulary: methods that need exact next-token distributions (EFT) must use a local backend.
+Chat messages go to ``/chat/completions``, text prompts to ``/completions``. Retries (``max_retries``, on 429,
+5xx and dropped connections) are this module's own, within one total deadline per call: a server that asks to be
+retried later than the deadline allows (``Retry-After``) is reported as rate-limited at once. Every failure is one
+of the library's errors naming the server and the cause: :class:`PermissionError` (the key), :class:`TimeoutError`,
+:class:`ConnectionError` (refused, reset), :class:`RateLimitError`, :class:`ServerError` (an error status),
+:class:`ResponseError` (an answer that is not a valid completion: malformed, larger than ``max_response_bytes``, a
+missing text, more tokens than ``max_tokens`` allows by the server's own count). Over HTTP only the top
+``top_logprobs`` alternatives per token are available (at most 20), never the full vocabulary: methods that need
+exact next-token distributions (EFT) must use a local backend.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from collections.abc import Sequence
 from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, with_system
 
-__all__ = ["OpenAIModel"]
+__all__ = ["OpenAIModel", "RateLimitError", "ResponseError", "ServerError"]
+
+#: The largest response body read (bytes): a completion is text; a server sending more is not answering.
+MAX_RESPONSE_BYTES = 8 * 2**20
+_BACKOFF_S = (0.5, 8.0)  # first wait and the longest, doubling in between
 
 
 class OpenAIModel:
@@ -29,14 +38,18 @@ class OpenAIModel:
         api_key: default ``$OPENAI_API_KEY`` (``"EMPTY"`` for local servers that ignore it).
         timeout: seconds per request; max_retries: retries on 429/5xx/connection errors.
         max_concurrency: requests in flight at once in ``generate_batch`` (servers such as vLLM batch them).
+        deadline: total seconds per call, retries and waits included.
+        max_response_bytes: the largest response body read (default 8 MiB).
     """
 
     def __init__(self, model: str | None = None, *, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, max_retries: int = 3, max_concurrency: int = 8, chat: bool = True,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         import openai
 
         self.max_concurrency = check_int("max_concurrency", max_concurrency, minimum=1)
+        self.max_retries = check_int("max_retries", max_retries, minimum=0)
+        self.max_response_bytes = check_int("max_response_bytes", max_response_bytes, minimum=1024)
         if not isinstance(chat, bool):
             raise TypeError(f"chat must be True or False, got {chat!r}")
 
@@ -54,9 +67,11 @@ class OpenAIModel:
         self.deadline = float(deadline) if deadline is not None else default
         if not (math.isfinite(self.deadline) and self.deadline > 0):
             raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
+        # Retries are ours (max_retries=0 for the client), so each one can be weighed against the deadline.
         self.client = openai.OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
                                     api_key=api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-                                    timeout=timeout, max_retries=max_retries)
+                                    timeout=timeout, max_retries=0,
+                                    http_client=_capped_http_client(openai, self.max_response_bytes))
         # The server renders chat messages with its own template; a base model served without one cannot.
         self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=chat, grammar=False)
 
@@ -88,8 +103,9 @@ class OpenAIModel:
             texts = [_choice_text(c) for c in choices]
             scored = [_choice_logprobs(c) for c in choices]
             prompt_tokens, completion_tokens = _usage(response)
+            _check_within_max_tokens(completion_tokens, scored, max_tokens, n)
         counts = _choice_token_counts(texts, scored, completion_tokens)
-        return [Completion(text, "length" if choice.finish_reason == "length" else "stop", prompt_tokens, count,
+        return [Completion(text, _finish(choice), prompt_tokens, count,
                            duration, *(score if logprobs and score else (None, None)))
                 for text, choice, score, count in zip(texts, choices, scored, counts)]
 
@@ -112,6 +128,7 @@ class OpenAIModel:
             choice = _choices(response, 1)[0]
             message = choice.message
             prompt_tokens, completion_tokens = _usage(response)
+            _check_within_max_tokens(completion_tokens, [None], max_tokens, 1)
         if message.tool_calls:
             call = message.tool_calls[0].function
             try:
@@ -123,11 +140,53 @@ class OpenAIModel:
         else:
             with self._reading():
                 text = _choice_text(choice)
-        finish = "length" if choice.finish_reason == "length" else "stop"
-        return Completion(text, finish, prompt_tokens, completion_tokens, time.perf_counter() - start)
+        return Completion(text, _finish(choice), prompt_tokens, completion_tokens, time.perf_counter() - start)
 
     def _call(self, request):
-        """``request()`` within the total deadline, its errors said in terms of this server."""
+        """``request()`` with retries, all within the total deadline; every failure said in terms of this server."""
+        start, tries = time.monotonic(), 0
+        while True:
+            remaining = self.deadline - (time.monotonic() - start)
+            try:
+                return self._once(request, remaining)
+            except self._openai.RateLimitError as err:
+                wait = _retry_after(err)
+                asked = f"; it asks to retry after {wait:g} s" if wait is not None else ""
+                if wait is not None and wait > self.deadline - (time.monotonic() - start):
+                    raise RateLimitError(f"{self._server} rate-limited this client (429){asked}, past this call's "
+                                         f"{self.deadline:g} s deadline: {_server_message(err)}", wait) from err
+                failure = RateLimitError(f"{self._server} rate-limited this client (429) in {tries + 1} tries"
+                                         f"{asked}: {_server_message(err)}", wait)
+            except self._openai.AuthenticationError as err:
+                raise PermissionError(f"the server at {self._server} refused the API key (set $OPENAI_API_KEY): "
+                                      f"{_server_message(err)}") from err
+            except self._openai.APIStatusError as err:
+                status = getattr(err, "status_code", None)
+                failure = ServerError(f"the server at {self._server} answered {status}: {_server_message(err)}",
+                                      status)
+                if status is None or status < 500:  # the request itself is refused: trying again changes nothing
+                    raise failure from err
+                wait = _retry_after(err)
+            except self._openai.APITimeoutError as err:
+                failure, wait = TimeoutError(f"{self._server} did not answer within {self.client.timeout} s per "
+                                             f"request, in {tries + 1} tries"), None
+                failure.__cause__ = err
+            except self._openai.APIConnectionError as err:
+                cause = err.__cause__ or err
+                what = (f"cannot reach {self._server}" if "Connect" in type(cause).__name__ else
+                        f"the connection to {self._server} was reset or closed before a complete answer")
+                failure, wait = ConnectionError(f"{what} ({tries + 1} tries): {type(cause).__name__}: {cause}"), None
+                failure.__cause__ = err
+            if tries >= self.max_retries:
+                raise failure
+            wait = wait if wait is not None else min(_BACKOFF_S[0] * 2**tries, _BACKOFF_S[1])
+            if wait > self.deadline - (time.monotonic() - start):
+                raise failure
+            time.sleep(wait)
+            tries += 1
+
+    def _once(self, request, remaining: float):
+        """One ``request()`` within ``remaining`` seconds (httpx's timeout bounds each read, not the whole body)."""
         box: dict = {}
 
         def target():
@@ -138,24 +197,27 @@ class OpenAIModel:
 
         worker = threading.Thread(target=target, daemon=True)
         worker.start()
-        worker.join(self.deadline)
+        worker.join(max(remaining, 0.0))
         if worker.is_alive():  # the request thread is abandoned; its socket closes when the server gives up
-            raise TimeoutError(f"no complete answer from {self.client.base_url} within the {self.deadline:g} s "
-                               f"deadline")
+            raise TimeoutError(f"no complete answer from {self._server} within the {self.deadline:g} s deadline")
         err = box.get("error")
         if err is None:
             return box["response"]
-        if isinstance(err, self._openai.AuthenticationError):
-            raise PermissionError(f"the server at {self.client.base_url} refused the API key "
-                                  f"(set $OPENAI_API_KEY): {err}") from err
-        if isinstance(err, self._openai.APITimeoutError):
-            raise TimeoutError(f"{self.client.base_url} did not answer within {self.client.timeout}: {err}") from err
-        if isinstance(err, self._openai.APIConnectionError):
-            raise ConnectionError(f"cannot reach {self.client.base_url}: {err}") from err
+        if isinstance(err, _ResponseTooLarge):
+            raise ResponseError(f"the server at {self._server} sent more than {self.max_response_bytes} bytes: "
+                                f"{err}") from err
         if isinstance(err, (self._openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):
-            raise ResponseError(f"the server at {self.client.base_url} sent a body that is not a completion "
+            raise ResponseError(f"the server at {self._server} sent a body that is not a completion "
                                 f"({type(err).__name__}: {err})") from err
+        if isinstance(err, self._openai.OpenAIError):
+            raise err  # handled by _call
+        if isinstance(err, OSError) or type(err).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
+            raise ConnectionError(f"the connection to {self._server} failed: {type(err).__name__}: {err}") from err
         raise err
+
+    @property
+    def _server(self) -> str:
+        return str(self.client.base_url)
 
     @contextlib.contextmanager
     def _reading(self):
@@ -225,6 +287,104 @@ class ResponseError(RuntimeError):
     """The server answered, but not with a valid completion (the message names the server and the fault)."""
 
 
+class ServerError(RuntimeError):
+    """The server answered with an error status (``status``); the message names the server and its reason."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimitError(ServerError):
+    """The server rate-limited this client (429); ``retry_after`` is the wait it asked for, in seconds, if any."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message, 429)
+        self.retry_after = retry_after
+
+
+class _ResponseTooLarge(Exception):
+    """Raised while reading a body past ``max_response_bytes`` (not an httpx error: the client must not retry)."""
+
+
+def _capped_http_client(openai, max_bytes: int):
+    """The openai client's own HTTP client class, with a transport that stops reading a body past ``max_bytes``.
+
+    The openai package ships with ``httpx`` or its successor; the transport API is the same in both.
+    """
+    import importlib
+
+    base = next(c for c in openai.DefaultHttpxClient.__mro__[1:] if c.__name__ == "Client")
+    httpx = importlib.import_module(base.__module__.split(".")[0])
+
+    class CappedStream(httpx.SyncByteStream):
+        def __init__(self, stream) -> None:
+            self._stream = stream
+
+        def __iter__(self):
+            total = 0
+            for chunk in self._stream:
+                total += len(chunk)
+                if total > max_bytes:
+                    raise _ResponseTooLarge(f"the body passed {max_bytes} bytes")
+                yield chunk
+
+        def close(self) -> None:
+            self._stream.close()
+
+    class CappedTransport(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx.HTTPTransport()
+
+        def handle_request(self, request):
+            response = self._inner.handle_request(request)
+            length = response.headers.get("content-length", "")
+            if length.isdigit() and int(length) > max_bytes:
+                response.close()
+                raise _ResponseTooLarge(f"Content-Length {length}")
+            return httpx.Response(response.status_code, headers=response.headers, stream=CappedStream(response.stream),
+                                  extensions=response.extensions)
+
+        def close(self) -> None:
+            self._inner.close()
+
+    return openai.DefaultHttpxClient(transport=CappedTransport())
+
+
+def _retry_after(err) -> float | None:
+    """The seconds a ``Retry-After`` header (a number of seconds) asks for, or None."""
+    headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    try:
+        value = float(headers.get("retry-after", ""))
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _server_message(err) -> str:
+    body = getattr(err, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:300]
+    return str(getattr(err, "message", err))[:300]
+
+
+def _finish(choice) -> str:
+    """The finish reason: ``length``, ``content_filter`` (kept: the text was withheld, not finished) or ``stop``."""
+    reason = getattr(choice, "finish_reason", None)
+    return reason if reason in ("length", "content_filter") else "stop"
+
+
+def _check_within_max_tokens(completion_tokens: int, scored: list, max_tokens: int, n: int) -> None:
+    """More tokens than ``max_tokens`` allows, by the server's own count, is not an answer to this request."""
+    if completion_tokens > max_tokens * n:
+        raise ResponseError(f"{completion_tokens} completion tokens for max_tokens={max_tokens}, n={n}")
+    for score in scored:
+        if score is not None and len(score[0]) > max_tokens:
+            raise ResponseError(f"a choice of {len(score[0])} tokens for max_tokens={max_tokens}")
+
+
 def _choices(response, n: int) -> list:
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list):
@@ -245,12 +405,23 @@ def _usage(response) -> tuple[int, int]:
 
 def _choice_text(choice) -> str:
     message = getattr(choice, "message", None)
-    text = message.content if message is not None else getattr(choice, "text", None)
-    if text is None:  # a refusal, or a reasoning model cut off by max_tokens: no text is the empty text
+    holder, name = (message, "content") if message is not None else (choice, "text")
+    if not _field_sent(holder, name):
+        raise ResponseError(f"a choice without a {name!r} field")
+    text = getattr(holder, name, None)
+    if text is None:  # a refusal, or a reasoning model cut off by max_tokens: null is the empty text
         return ""
     if not isinstance(text, str):
         raise ResponseError(f"a choice whose text is a {type(text).__name__}, not a string")
     return text
+
+
+def _field_sent(obj, name: str) -> bool:
+    """Whether the server's JSON had ``name`` at all (a null counts as sent); the openai client's models record
+    the fields they were given."""
+    fields = getattr(obj, "model_fields_set", None)
+    extra = getattr(obj, "model_extra", None) or {}
+    return name in fields or name in extra if fields is not None else hasattr(obj, name)
 
 
 def _check_logprobs(values: tuple[float, ...]) -> None:
