@@ -12,37 +12,51 @@ def test_smoke_run_reports_every_claim_figure_and_paired_row(tmp_path):
     assert record.ok, record.result.get("traceback")
     result = record.result
     assert [c["statement"] for c in result["claims"]] == list(get_experiment("aid").claims)
-    assert sorted(result["figures"]) == ["aid_attention.png", "unseen_accuracy.png"]
+    assert sorted(result["figures"]) == ["aid_attention.png", "evidence.png", "unseen_accuracy.png"]
     rows = result["tables"]["per_seed"]
-    assert len(rows) == 2 * 2 and {r["model"] for r in rows} == set(LABELS.values())
+    assert len(rows) == 3 * 2 and {r["model"] for r in rows} == set(LABELS.values())
     for key in ("seen", "unseen", "selectivity"):
         for v in ("mlp", "aid"):
             assert 0 <= result["metrics"][f"{v}_{key}_p0.5"] <= 1
     lm = result["tables"]["language_model"]
-    assert len(lm) == 2 * 2 and all(r["perplexity (queried values)"] >= 1 for r in lm)
+    assert len(lm) == 3 * 2 and all(r["perplexity (queried values)"] >= 1 for r in lm)
     assert result["metrics"]["aid_lm_recall_perplexity"] >= 1
 
 
-def _measured(seen=(0.99, 0.99), unseen_aid=(0.9, 0.8), unseen_mlp=(0.5, 0.6), sel_aid=(0.5, 0.6),
-              sel_mlp=(0.4, 0.5)):
+def _measured(seen=(0.99, 0.995, 0.99), unseen_aid=(0.9, 0.9, 0.92), unseen_mlp=(0.5, 0.52, 0.51),
+              sel_aid=(0.5, 0.6, 0.55), sel_mlp=(0.4, 0.5, 0.44)):
     return {("aid", 0.5): {"seen": list(seen), "unseen": list(unseen_aid), "selectivity": list(sel_aid)},
             ("mlp", 0.5): {"seen": list(seen), "unseen": list(unseen_mlp), "selectivity": list(sel_mlp)}}
 
 
 def test_claims_hold_on_clear_measurements_and_can_fail():
     cfg = Config()
-    claims = {c.statement: c.holds for c in _claims(_measured(), cfg)}
-    assert claims == {CLAIM_FIT: True, CLAIM_UNSEEN: True, CLAIM_BOUND: True}  # gap 0.3; median diff 0.1
-    failed = {c.statement: c.holds for c in _claims(_measured(seen=(0.99, 0.9), unseen_mlp=(0.8, 0.8),
-                                                              sel_aid=(0.4, 0.45)), cfg)}
-    # seen 0.945; gap 0.05; median selectivity difference -0.025
-    assert failed == {CLAIM_FIT: False, CLAIM_UNSEEN: False, CLAIM_BOUND: False}
+    claims = {c.statement: c.verdict for c in _claims(_measured(), cfg)}
+    # unseen gap about 0.4; selectivity about +0.1
+    assert claims == {CLAIM_FIT: "holds", CLAIM_UNSEEN: "holds", CLAIM_BOUND: "holds"}
+    failed = {c.statement: c.verdict for c in _claims(_measured(seen=(0.9, 0.91, 0.89), unseen_mlp=(0.85, 0.88, 0.9),
+                                                                 sel_aid=(0.35, 0.45, 0.39)), cfg)}
+    # seen 0.90 < 0.95; gap about +0.03 < 0.15; selectivity -0.05
+    assert failed == {CLAIM_FIT: "fails", CLAIM_UNSEEN: "fails", CLAIM_BOUND: "fails"}
 
 
-def test_lm_claim_follows_the_paired_median():
+def test_claims_are_paired_over_seeds_and_a_tie_or_a_split_is_inconclusive():
     cfg = Config()
-    assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 3.9, 2.5]}, cfg).holds  # -0.5, +0.1, -0.5
-    assert not _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [2.5, 3.9, 2.5]}, cfg).holds  # +0.5, +0.1, -0.5
+    tie = {c.statement: c for c in _claims(_measured(sel_aid=(0.4, 0.5, 0.44)), cfg)}
+    assert tie[CLAIM_BOUND].verdict == "inconclusive" and tie[CLAIM_BOUND].evidence.effect == 0
+    # the old sign test held on "higher in 2 of 3" (+0.006, +0.018, -0.007): no longer enough
+    split = {c.statement: c for c in _claims(_measured(sel_aid=(0.406, 0.518, 0.433)), cfg)}
+    assert split[CLAIM_BOUND].verdict == "inconclusive"
+    assert split[CLAIM_BOUND].evidence.n == 3 and split[CLAIM_BOUND].evidence.unit == "seeds"
+
+
+def test_lm_claim_is_a_paired_comparison_over_seeds():
+    cfg = Config()
+    assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 4.4, 2.6]}, cfg).verdict == "holds"  # -0.5, -0.4, -0.6
+    assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [2.5, 3.5, 1.4]}, cfg).verdict == "fails"
+    # the old median held on -0.5, +0.1, -0.5; a paired interval over 3 seeds does not
+    assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 3.9, 2.5]}, cfg).verdict == "inconclusive"
+    assert _lm_claim({"aid": [3.0, 4.0], "mlp": [3.5, 4.5]}, cfg).verdict == "inconclusive"  # two seeds
 
 
 def test_the_variants_start_from_the_same_shared_weights():

@@ -3,6 +3,15 @@ import pytest
 
 from iclr24.core import get_experiment, run
 from iclr24.kernel_trees.data import load_dataset, load_shape_set
+from iclr24.kernel_trees.experiment import (
+    CHECK_INPUT,
+    CLAIM_IMM,
+    CLAIM_PRICE,
+    CLAIM_RECOVER,
+    CLAIM_REGRESSION,
+    PRESETS,
+    _claims,
+)
 
 
 def test_smoke_run_reports_every_claim(tmp_path):
@@ -10,7 +19,12 @@ def test_smoke_run_reports_every_claim(tmp_path):
     assert record.ok, record.result.get("traceback")
     result = record.result
     assert [c["statement"] for c in result["claims"]] == list(get_experiment("kernel_trees").claims)
-    assert result["figures"] == ["partitions.png"]
+    # smoke: circles and iris, 3 seeds each; the claims pool (data set, seed) replicates
+    assert [c["evidence"]["n"] for c in result["claims"]] == [3, 3, 3, 6]
+    assert {c["evidence"]["unit"] for c in result["claims"]} == {"datasets x seeds"}
+    assert [(c["statement"], c["passed"]) for c in result["checks"]] == [(CHECK_INPUT, True)]
+    assert {r["seed"] for r in result["tables"]["results"]} == {0, 1, 2}
+    assert result["figures"] == ["partitions.png", "evidence.png"]
     assert {r["method"] for r in result["tables"]["results"]} == {
         "kernel k-means", "IMM", "Kernel IMM", "Kernel ExKMC", "Kernel Expand"}
 
@@ -59,3 +73,58 @@ def test_taylor_features_need_the_gaussian_kernel_alone():
     with pytest.raises(ValueError, match=r"features='taylor' needs the Gaussian kernel alone"):
         get_experiment("kernel_trees").config("quick", ["features=taylor"])
     assert get_experiment("kernel_trees").config("quick", ["features=taylor", "kernels=rbf"]).kernels == ("rbf",)
+
+
+def _replicates(datasets, seeds=3, **values):
+    """Hand-made ``replicates[dataset, method][key]``: ``values[method] = (agreement, ari_truth, gain_lost)``,
+    the same on every seed, unless a value is a list (one per seed). (Not all 0 and 1: ``against`` would read
+    them as pass/fail outcomes.)"""
+    base = {"IMM": (0.5, 0.5, 0.3), "Kernel IMM": (0.9, 0.6, 0.2), "Kernel ExKMC": (0.98, 0.6, 0.01),
+            "Kernel Expand": (0.98, 0.6, 0.01)}
+    base.update(values)
+    out = {}
+    for d in datasets:
+        for method, triple in base.items():
+            per_seed = [v if isinstance(v, list) else [v] * seeds for v in triple]
+            out[d, method] = {"agreement": per_seed[0], "ari_truth": per_seed[1], "gain_lost": per_seed[2],
+                              "price": [1.0] * seeds}
+    return out
+
+
+def _verdicts(replicates, seeds=3):
+    return {c.statement: c.verdict for c in _claims(replicates, seeds)}
+
+
+def test_claims_pool_datasets_and_seeds_and_clear_effects_hold():
+    claims = _claims(_replicates(["circles", "moons", "iris", "cancer"],
+                                 IMM=([0.5, 0.52, 0.49], [0.5, 0.45, 0.55], 0.3)), 3)
+    assert [c.verdict for c in claims] == ["holds"] * 4
+    assert [c.evidence.n for c in claims] == [6, 6, 6, 12]     # circles+moons, circles+moons, iris+cancer, all
+    assert all(c.evidence.unit == "datasets x seeds" for c in claims)
+
+
+def test_a_tie_with_imm_is_not_clearly_better_and_one_seed_decides_nothing():
+    tie = _replicates(["circles", "moons"], **{"Kernel IMM": (0.5, 0.5, 0.3)})
+    assert _verdicts(tie)[CLAIM_IMM] == "fails"                  # 0.1 better was claimed; the tie is 0 better
+    one_seed = _replicates(["circles", "iris"], seeds=1)
+    assert set(_verdicts(one_seed, seeds=1).values()) == {"inconclusive"}   # n = 1 < 3
+
+
+def test_no_loss_claim_is_non_inferiority_within_the_stated_tolerance():
+    same = _replicates(["iris", "cancer"], IMM=(0.5, 0.6, 0.3))
+    assert _verdicts(same)[CLAIM_REGRESSION] == "holds"          # equal ARI: no loss
+    worse = _replicates(["iris", "cancer"], IMM=(0.5, [0.7, 0.72, 0.69], 0.3))
+    assert _verdicts(worse)[CLAIM_REGRESSION] == "fails"         # ~0.1 below IMM, past the 0.05 tolerance
+
+
+def test_claims_without_their_data_sets_are_not_run():
+    verdicts = _verdicts(_replicates(["iris"]))
+    assert verdicts[CLAIM_IMM] == verdicts[CLAIM_RECOVER] == "not run"
+    assert verdicts[CLAIM_PRICE] == "holds"
+
+
+def test_the_input_space_fact_is_a_check_not_a_claim():
+    assert CHECK_INPUT not in get_experiment("kernel_trees").claims
+    assert PRESETS["quick"].n_seeds >= 3
+    with pytest.raises(ValueError, match="n_seeds must be >= 1"):
+        get_experiment("kernel_trees").config("quick", ["n_seeds=0"])

@@ -49,34 +49,59 @@ TFT = {"start": 1.0, "CC": 0.99, "CD": 0.1, "DC": 0.95, "DD": 0.02}
 DEFECT = {"start": 0.0, "CC": 0.1, "CD": 0.0, "DC": 0.0, "DD": 0.0}
 
 
+SEEDS = 3
+
+
+def _claims_on(loqa_reward=-1.0, naive=-2.0, final_ad=-2.12, final_self=-1.0, lola_policy=DEFECT, coin=None,
+               jitter=(0.0, 0.01, -0.01)):
+    """The claims on hand-made measurements of 3 seeds (``jitter`` spreads the per-seed rewards)."""
+    from iclr24.loqa.experiment import Config, _claims
+
+    runs = {"LOQA": [_history([DEFECT, TFT], [-2.0, loqa_reward + j], [100, 200]) for j in jitter],
+            "naive": [_history([DEFECT, DEFECT], [-2.0, naive + j], [100, 200]) for j in jitter],
+            "LOLA-DiCE": [_history([DEFECT, lola_policy], [-2.0, -1.0], [50, 150]) for _ in jitter]}
+    reach = [{"vs_always_defect": -2.12, "self_play": -1.0, "policy": TFT} if loqa_reward >= -1.2 else None
+             for _ in jitter]
+    final = [{"vs_always_defect": final_ad + j, "self_play": final_self + j, "policy": TFT} for j in jitter]
+    return _claims(runs, reach, final, coin or {"LOQA": [], "naive": []}, Config(seeds=SEEDS))
+
+
+def _verdicts(**measurements):
+    return {c.statement: c.verdict for c in _claims_on(**measurements)}
+
+
 def test_claims_hold_on_clear_measurements_and_can_fail():
-    from iclr24.loqa.experiment import CLAIM_COIN, CLAIM_COMPUTE, CLAIM_RECIPROCITY, Config, _claims
+    from iclr24.loqa.experiment import CLAIM_COIN, CLAIM_COMPUTE, CLAIM_RECIPROCITY
 
-    cfg = Config(seeds=1)
+    assert _verdicts() == {CLAIM_RECIPROCITY: "holds", CLAIM_COMPUTE: "holds", CLAIM_COIN: "not run"}
+    assert _verdicts(final_ad=-2.4)[CLAIM_RECIPROCITY] == "fails"  # the final policy is exploited by Always-Defect
+    assert _verdicts(final_self=-1.5)[CLAIM_RECIPROCITY] == "fails"  # the final policy stopped cooperating
+    assert _verdicts(naive=-1.5)[CLAIM_RECIPROCITY] == "fails"  # the naive learner cooperated too
+    assert _verdicts(lola_policy=TFT)[CLAIM_COMPUTE] == "fails"  # LOLA-DiCE got there first (150 < 200)
+    # never reaching reciprocity counts as the whole budget: LOQA never, LOLA-DiCE at 150 steps
+    assert _verdicts(loqa_reward=-1.5, lola_policy=TFT)[CLAIM_COMPUTE] == "fails"
+    # a final self-play whose interval straddles the bar decides nothing
+    assert _verdicts(final_self=-1.2, jitter=(-0.05, 0.0, 0.05))[CLAIM_RECIPROCITY] == "inconclusive"
 
-    def holds(loqa_reward=-1.0, naive=-2.0, final_ad=-2.12, final_self=-1.0, lola_policy=DEFECT, coin=None):
-        runs = {"LOQA": [_history([DEFECT, TFT], [-2.0, loqa_reward], [100, 200])],
-                "naive": [_history([DEFECT, DEFECT], [-2.0, naive], [100, 200])],
-                "LOLA-DiCE": [_history([DEFECT, lola_policy], [-2.0, -1.0], [50, 150])]}
-        reach = [{"vs_always_defect": -2.12, "self_play": -1.0, "policy": TFT}] if loqa_reward >= -1.2 else [None]
-        final = [{"vs_always_defect": final_ad, "self_play": final_self, "policy": TFT}]
-        return {c.statement: c.holds for c in _claims(runs, reach, final, coin or {"LOQA": [], "naive": []}, cfg)}
-
-    assert holds() == {CLAIM_RECIPROCITY: True, CLAIM_COMPUTE: True, CLAIM_COIN: False}
-    assert not holds(final_ad=-2.4)[CLAIM_RECIPROCITY]  # the final policy is exploited by Always-Defect
-    assert not holds(final_self=-1.5)[CLAIM_RECIPROCITY]  # the final policy stopped cooperating
-    assert not holds(naive=-1.5)[CLAIM_RECIPROCITY]  # the naive learner cooperated too
-    assert not holds(loqa_reward=-1.5)[CLAIM_RECIPROCITY]  # never cooperative in self-play
-    assert not holds(lola_policy=TFT)[CLAIM_COMPUTE]  # LOLA-DiCE got there first (150 < 200)
     def coin(own=0.9, gain=0.05):
-        return {"LOQA": [{"own_fraction": own, "reward": 0.2, "greedy_gain": gain}],
-                "naive": [{"own_fraction": 0.5, "reward": 0.0, "greedy_gain": 0.0}]}
+        return {"LOQA": [{"own_fraction": own + j, "reward": 0.2, "greedy_gain": gain + j} for j in (0, .01, -.01)],
+                "naive": [{"own_fraction": 0.5, "reward": 0.0, "greedy_gain": 0.0}] * SEEDS}
 
-    assert holds(coin=coin())[CLAIM_COIN]
-    assert not holds(coin=coin(own=0.7))[CLAIM_COIN]
-    assert not holds(coin=coin(gain=0.3))[CLAIM_COIN]  # exploited by the greedy agent
+    assert _verdicts(coin=coin())[CLAIM_COIN] == "holds"
+    assert _verdicts(coin=coin(own=0.7))[CLAIM_COIN] == "fails"
+    assert _verdicts(coin=coin(gain=0.3))[CLAIM_COIN] == "fails"  # exploited by the greedy agent
     with pytest.raises(ValueError, match="batch_size must be a multiple of 8"):
+        from iclr24.loqa.experiment import Config
+
         Config(batch_size=12)
+
+
+def test_a_coin_game_that_was_not_played_is_not_run_rather_than_failed():
+    # review finding: coin_iterations=0 used to record the Coin Game claim as not holding
+    from iclr24.loqa.experiment import CLAIM_COIN
+
+    coin = next(c for c in _claims_on(coin={"LOQA": [], "naive": []}) if c.statement == CLAIM_COIN)
+    assert coin.verdict == "not run" and "coin_iterations=0" in coin.evidence.reason and not coin.holds
 
 
 def test_axelrod_scores_a_memory_one_policy():

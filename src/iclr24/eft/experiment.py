@@ -4,13 +4,18 @@
    only the large base read about, in the fine-tuned format, far more often than either part.
 2. Pre-training supplies facts, fine-tuning supplies behaviour (the paper's decomposition):
    factuality and format scored separately for the base, the fine-tuned model and EFT.
-3. Speculative decoding with the small fine-tuned model as the draft samples the EFT distribution
-   exactly (a chi-square test on two-token continuations) and is faster than plain EFT decoding
-   (wall-clock, beside the paper's ~2.5x); how often the large model runs a token is reported too.
+3. Speculative decoding with the small fine-tuned model as the draft saves the large model's work: it is judged
+   on the large-model forward passes per generated token (one per token in plain EFT decoding), per prompt.
+   The wall-clock ratio is reported beside it (in the timings) but does not decide: on a CPU with tiny models it
+   moves with the machine's load (0.91x-1.09x over four runs).
+
+Claims 1 and 2 are judged over the held-out people (a population of questions, one 0/1 outcome each), claim 3
+over the prompts, by :mod:`iclr24.core.evidence`. Facts true by construction are checks, not claims: the sampled
+distribution equals the EFT distribution (speculative sampling is exact; a chi-square test of our code), and
+EFT(L, S, S) = L and beta = 0 gives the base, on the toy trio and, with the `llm` extra, on the embedded SmolLM2.
 
 The trio is trained in-process on the synthetic world of :mod:`iclr24.eft.toy`: no two sizes of
-one model family with one tokenizer ship offline. The invariants EFT(L, S, S) = L and beta = 0
-gives the base are also measured on the embedded SmolLM2.
+one model family with one tokenizer ship offline.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from scipy.stats import chisquare  # noqa: E402
 
-from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare, ratio  # noqa: E402
 from iclr24.core.tiny_lm import TinyLMConfig  # noqa: E402
 from iclr24.eft.eft import EFTModel  # noqa: E402
 from iclr24.eft.speculative import speculative_generate  # noqa: E402
@@ -39,6 +45,24 @@ CLAIM_UPSCALE = "up-scaling (large base + small fine-tuning delta) beats both of
 CLAIM_DECOMPOSE = "pre-training scale brings factuality, fine-tuning brings the fine-tuned behaviour"
 CLAIM_SPECULATIVE = "speculative decoding with the small fine-tuned draft speeds up up-scaling without changing " \
                     "the samples"
+# Thresholds, fixed before the run (/work/shared/specs/eft.md's pass rule and the first version of this module).
+#: Up-scaling: EFT's held-out accuracy above 0.8, and above 3x that of each of its parts (spec: "EFT >= 0.8 and >= 3x
+#: both components"); the 3x is tested as the paired difference EFT - 3 x part > 0 (no effect = 0).
+UPSCALE_ACCURACY_BAR = 0.8
+UPSCALE_FACTOR = 3
+#: Decomposition: EFT's factuality more than 0.5 above the small fine-tuned model's and within 0.1 of the large
+#: base's (two one-sided tests); EFT's format more than 0.5 above the large base's.
+MARGIN_FACTS_OVER_FT = 0.5
+FACTS_TOLERANCE = 0.1
+MARGIN_FORMAT_OVER_BASE = 0.5
+#: Speculative decoding saves work: plain EFT's large-model passes / speculative's above 1 (no effect = 1).
+WORK_RATIO_BAR = 1.0
+#: The sampled distribution check: the chi-square test must not reject the exact EFT distribution at 1%.
+CHI2_ALPHA = 0.01
+#: The identities EFT(L, S, S) = L and beta = 0 -> L hold to float32 rounding: relative to the log-probability
+#: (torch.allclose's default rtol, as in tests/eft/test_eft.py; a cached forward pass rounds differently).
+IDENTITY_RTOL = 1e-5
+
 PAPER_TABLE = [
     {"finding": "up-scaling Llama-2-7B-chat's delta onto the 70B base", "paper":
      "factuality and helpfulness both rise over the 7B chat model (GPT-4 judged; Llama-1, Llama-2, Falcon)"},
@@ -84,7 +108,7 @@ class Config:
 PRESETS = {
     "smoke": Config(n_people=24, n_cities=4, n_known_small=8, large_width=32, large_layers=1, small_width=16,
                     small_layers=1, steps_large=30, steps_small=20, steps_fine_tune=10, n_eval=6, betas=(0.0, 1.0),
-                    n_sweep=4, spec_samples=40, spec_tokens=6, spec_prompts=2, check_embedded=False),
+                    n_sweep=4, spec_samples=40, spec_tokens=6, spec_prompts=3, check_embedded=False),
     "quick": Config(),
     "paper": Config(n_people=1000, n_cities=50, n_known_small=150, large_width=192, large_layers=6,
                     steps_large=4000, steps_small=1500, steps_fine_tune=400, n_eval=850),
@@ -123,10 +147,11 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     ctx.log(f"world: {cfg.n_people} people, {cfg.n_cities} cities; the small models know {cfg.n_known_small}; "
             f"scoring {len(people)} held-out people")
 
-    scores = {}
+    outcomes, scores = {}, {}
     with ctx.progress("scoring", total=4 + len(cfg.betas)) as bar:
         for name, model in (("base_large", L), ("ft_small", F), ("base_small", S), ("eft", eft)):
-            scores[name] = score_answers(model, world, people)
+            outcomes[name] = answer_outcomes(model, world, people)
+            scores[name] = _shares(outcomes[name])
             bar.advance()
         sweep = {}
         for beta in cfg.betas:
@@ -137,27 +162,43 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
 
     spec = speculative_checks(eft, F, world, cfg, seed=ctx.seed)
     timings.update(spec.pop("timings"))
+    work = spec.pop("per_prompt")
     ctx.log(f"speculative: chi-square p = {spec['chi2_p']:.3f} over {spec['chi2_categories']} categories, "
-            f"acceptance {spec['acceptance_rate']:.2f}, speed-up {timings['speculative_speedup']:.2f}x")
+            f"acceptance {spec['acceptance_rate']:.2f}, large-model passes per token "
+            f"{spec['speculative_large_passes_per_token']:.2f}, wall-clock speed-up "
+            f"{timings['speculative_speedup']:.2f}x")
+    checks = [Check(f"speculative samples follow the exact EFT distribution (chi-square p >= {CHI2_ALPHA:g})",
+                    spec["chi2_p"] >= CHI2_ALPHA,
+                    f"p = {spec['chi2_p']:.3f} over {spec['chi2_categories']} categories, {cfg.spec_samples} "
+                    "two-token samples")]
 
     metrics = {f"{name}_{k}": v for name, s in scores.items() for k, v in s.items()}
     metrics.update({f"beta_{beta:g}_{k}": v for beta, s in sweep.items() for k, v in s.items()})
     metrics.update(spec)
+    gaps = {"toy trio": identity_gaps(L, S, L.tokenize(world.question(people[0])))}
     if cfg.check_embedded:
         try:
-            metrics.update(embedded_invariants())
+            gaps["embedded SmolLM2"] = embedded_invariants()
         except ImportError as err:  # the `llm` extra is optional for this reproduction
             ctx.log(f"embedded-model invariants skipped: {err}")
         else:
-            ctx.log(f"embedded SmolLM2: |EFT(L, S, S) - L| = {metrics['embedded_eft_LSS_max_abs_diff']:.2e}, "
-                    f"|EFT(beta=0) - L| = {metrics['embedded_beta0_max_abs_diff']:.2e}")
+            metrics.update({f"embedded_{k}": v for k, v in gaps["embedded SmolLM2"].items()})
+    for where, gap in gaps.items():
+        ctx.log(f"{where}: |EFT(L, S, S) - L| = {gap['eft_LSS_max_abs_diff']:.2e}, "
+                f"|EFT(beta=0) - L| = {gap['beta0_max_abs_diff']:.2e}")
+        for statement, key in (("EFT(L, S, S) = L", "eft_LSS"), ("beta = 0 gives the large base", "beta0")):
+            checks.append(Check(f"{statement} ({where})", gap[f"{key}_max_rel_diff"] <= IDENTITY_RTOL,
+                                f"max |log p difference| {gap[f'{key}_max_abs_diff']:.1e}, relative to max(|log p|, 1) "
+                                f"{gap[f'{key}_max_rel_diff']:.1e} (tolerance {IDENTITY_RTOL:g})"))
     rows = [{"model": name, **{k: round(v, 3) for k, v in s.items()}} for name, s in scores.items()]
     return Result(
         metrics=metrics,
-        claims=_claims(scores, spec, timings),
+        claims=_claims(outcomes, spec, work, timings),
+        checks=checks,
         timings=timings,
         figures={"beta_sweep.png": _plot_sweep(sweep), "factuality_format.png": _plot_scores(scores)},
-        tables={"held_out": rows, "beta_sweep": [{"beta": b, **s} for b, s in sweep.items()], "paper": PAPER_TABLE},
+        tables={"held_out": rows, "beta_sweep": [{"beta": b, **s} for b, s in sweep.items()],
+                "speculative_work": work, "paper": PAPER_TABLE},
         notes=(f"A synthetic world ({cfg.n_people} people, {cfg.n_cities} cities) and a trio trained in the run: "
                f"a large base ({cfg.large_layers} layers, width {cfg.large_width}) that read every fact, a small base "
                f"({cfg.small_layers} layers, width {cfg.small_width}) that read {cfg.n_known_small} people's, and "
@@ -166,24 +207,35 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     )
 
 
-def score_answers(model, world: ToyWorld, people: list[str]) -> dict[str, float]:
-    """Greedy answers to "where does X live?": ``factuality`` (the first city named is X's), ``format`` (the
-    answer is one city and then the end) and ``accuracy`` (both)."""
-    facts = formats = both = 0
+def answer_outcomes(model, world: ToyWorld, people: list[str]) -> dict[str, list[int]]:
+    """Greedy answers to "where does X live?", one 0/1 outcome per person: ``factuality`` (the first city named is
+    X's), ``format`` (the answer is one city and then the end) and ``accuracy`` (both)."""
+    out: dict[str, list[int]] = {"accuracy": [], "factuality": [], "format": []}
     for person in people:
         reply = model.generate(world.question(person), max_tokens=4)[0]
         words = reply.text.split()
         cities = [w for w in words if w in world.cities]
         factual = bool(cities) and cities[0] == world.home[person]
         in_format = len(words) == 1 and bool(cities) and reply.finish_reason == "stop"
-        facts, formats, both = facts + factual, formats + in_format, both + (factual and in_format)
-    n = max(1, len(people))
-    return {"accuracy": both / n, "factuality": facts / n, "format": formats / n}
+        out["accuracy"].append(int(factual and in_format))
+        out["factuality"].append(int(factual))
+        out["format"].append(int(in_format))
+    return out
+
+
+def _shares(outcomes: dict[str, list[int]]) -> dict[str, float]:
+    return {k: sum(v) / max(1, len(v)) for k, v in outcomes.items()}
+
+
+def score_answers(model, world: ToyWorld, people: list[str]) -> dict[str, float]:
+    """The shares of :func:`answer_outcomes`: ``accuracy``, ``factuality`` and ``format``."""
+    return _shares(answer_outcomes(model, world, people))
 
 
 def speculative_checks(target: EFTModel, draft: TorchLM, world: ToyWorld, cfg: Config, *, seed: int) -> dict:
-    """The distribution test (two-token continuations: observed counts against the exact EFT probabilities) and
-    the time of speculative against plain EFT decoding for the same number of tokens."""
+    """The distribution test (two-token continuations: observed counts against the exact EFT probabilities), the
+    large-model passes of speculative decoding per prompt (``per_prompt``), and the time of speculative against
+    plain EFT decoding for the same number of tokens."""
     # "question : where does": the next word is any of the people, a spread-out distribution to test on
     prompt = target.tokenize(world.question("{name}").split("{name}")[0])
     T = cfg.spec_temperature
@@ -217,10 +269,15 @@ def speculative_checks(target: EFTModel, draft: TorchLM, world: ToyWorld, cfg: C
     chi2 = chisquare(observed, expected) if len(observed) > 1 else None
 
     speed_prompts = [target.tokenize(world.question(p)) for p in world.held_out[:cfg.spec_prompts]]
-    start, passes = time.perf_counter(), 0
+    start, per_prompt = time.perf_counter(), []
     for i, ids in enumerate(speed_prompts):
-        passes += speculative_generate(target, draft, ids, k=cfg.spec_k, max_tokens=cfg.spec_tokens, temperature=T,
-                                       seed=i).target_calls
+        result = speculative_generate(target, draft, ids, k=cfg.spec_k, max_tokens=cfg.spec_tokens, temperature=T,
+                                      seed=i)
+        # plain decoding runs the large model once a token; speculative once a block
+        tokens = len(result.token_ids)
+        per_prompt.append({"prompt": i, "tokens": tokens, "speculative large passes": result.target_calls,
+                           "plain large passes": tokens, "draft passes": result.draft_calls})
+    passes = sum(r["speculative large passes"] for r in per_prompt)
     speculative_s = time.perf_counter() - start
     start = time.perf_counter()
     for i, ids in enumerate(speed_prompts):  # plain EFT decoding, no end token, for the same token count
@@ -229,8 +286,8 @@ def speculative_checks(target: EFTModel, draft: TorchLM, world: ToyWorld, cfg: C
     plain_s = time.perf_counter() - start
     return {"chi2_statistic": float(chi2.statistic) if chi2 else 0.0, "chi2_p": float(chi2.pvalue) if chi2 else 1.0,
             "chi2_categories": len(observed), "acceptance_rate": accepted / max(1, proposed),
-            # plain decoding runs the large model once a token; speculative once a block
-            "speculative_large_passes_per_token": passes / (cfg.spec_tokens * len(speed_prompts)),
+            "speculative_large_passes_per_token": passes / sum(r["tokens"] for r in per_prompt),
+            "per_prompt": per_prompt,
             "timings": {"speculative_seconds": speculative_s, "plain_eft_seconds": plain_s,
                         "speculative_speedup": plain_s / speculative_s}}
 
@@ -241,39 +298,70 @@ def embedded_invariants() -> dict[str, float]:
 
     llm = get_model("embedded")
     ids = llm.tokenize("The capital of France is")
-    base = llm.next_token_logprobs(ids)
-    same = EFTModel(llm, llm, llm).next_token_logprobs(ids)
-    beta0 = EFTModel(llm, llm, llm, beta=0.0).next_token_logprobs(ids)
-    return {"embedded_eft_LSS_max_abs_diff": float((same - base).abs().max()),
-            "embedded_beta0_max_abs_diff": float((beta0 - base).abs().max())}
+    return identity_gaps(llm, llm, ids)
 
 
-def _claims(scores: dict, spec: dict, timings: dict) -> list[Claim]:
-    eft, base, ft = scores["eft"], scores["base_large"], scores["ft_small"]
-    upscale = eft["accuracy"] >= 0.8 and eft["accuracy"] >= 3 * base["accuracy"] and \
-        eft["accuracy"] >= 3 * ft["accuracy"]
-    decompose = (eft["factuality"] - ft["factuality"] >= 0.5 and eft["format"] - base["format"] >= 0.5
-                 and abs(eft["factuality"] - base["factuality"]) <= 0.1)
-    speedup = timings["speculative_speedup"]
+def identity_gaps(large, small, ids: list[int]) -> dict[str, float]:
+    """Max |log p difference| of EFT(L, S, S) and of beta = 0 from L over the full next-token distribution, absolute
+    and relative to max(|log p of L|, 1)."""
+    base = torch.as_tensor(large.next_token_logprobs(ids)).double()
+    gaps = {}
+    for key, beta in (("eft_LSS", 1.0), ("beta0", 0.0)):
+        eft = EFTModel(large, small, small, beta=beta).next_token_logprobs(ids).double()
+        diff = torch.where(eft == base, 0.0, (eft - base).abs())  # equal -inf entries are no difference
+        gaps[f"{key}_max_abs_diff"] = float(diff.max())
+        gaps[f"{key}_max_rel_diff"] = float((diff / base.abs().clamp_min(1.0)).max())
+    return gaps
+
+
+def _claims(outcomes: dict, spec: dict, work: list[dict], timings: dict) -> list[Claim]:
+    """The claims from the per-person 0/1 outcomes (``outcomes[model][score]``, the people in the same order for
+    every model), the distribution test (``spec``), the per-prompt work counts and the wall-clock timings."""
+    eft, base, ft = outcomes["eft"], outcomes["base_large"], outcomes["ft_small"]
+    unit = "held-out people"
+
+    def share(o, key):
+        return sum(o[key]) / max(1, len(o[key]))
+
+    def times(factor, o):
+        return [factor * x for x in o]
+
+    upscale = all_of(
+        against(eft["accuracy"], UPSCALE_ACCURACY_BAR, better="higher", binary=True, unit=unit,
+                label="EFT's accuracy"),
+        compare(eft["accuracy"], times(UPSCALE_FACTOR, base["accuracy"]), better="higher", unit=unit,
+                label=f"accuracy, EFT - {UPSCALE_FACTOR} x large base"),
+        compare(eft["accuracy"], times(UPSCALE_FACTOR, ft["accuracy"]), better="higher", unit=unit,
+                label=f"accuracy, EFT - {UPSCALE_FACTOR} x small fine-tuned"))
+    decompose = all_of(
+        compare(eft["factuality"], ft["factuality"], better="higher", margin=MARGIN_FACTS_OVER_FT, binary=True,
+                unit=unit, label="factuality, EFT - small fine-tuned"),
+        compare(eft["factuality"], base["factuality"], better="higher", margin=-FACTS_TOLERANCE, binary=True,
+                unit=unit, label="factuality, EFT - large base (not lower)"),
+        compare(eft["factuality"], base["factuality"], better="lower", margin=FACTS_TOLERANCE, binary=True,
+                unit=unit, label="factuality, EFT - large base (not higher)"),
+        compare(eft["format"], base["format"], better="higher", margin=MARGIN_FORMAT_OVER_BASE, binary=True,
+                unit=unit, label="format, EFT - large base"))
+    saving = ratio([r["plain large passes"] for r in work], [r["speculative large passes"] for r in work],
+                   bar=WORK_RATIO_BAR, better="higher", unit="prompts",
+                   label="large-model passes, plain EFT / speculative")
     return [
         Claim(CLAIM_UPSCALE, "Llama-2-70B base + 7B-chat delta: more factual and more helpful than 7B-chat (GPT-4 "
                              "judge)",
-              f"held-out accuracy: EFT {eft['accuracy']:.2f}, large base {base['accuracy']:.2f}, small fine-tuned "
-              f"{ft['accuracy']:.2f}", upscale,
-              "EFT accuracy >= 0.8 and >= 3x that of the large base and of the small fine-tuned model"),
+              f"held-out accuracy: EFT {share(eft, 'accuracy'):.2f}, large base {share(base, 'accuracy'):.2f}, small "
+              f"fine-tuned {share(ft, 'accuracy'):.2f} ({len(eft['accuracy'])} people)", upscale),
         Claim(CLAIM_DECOMPOSE, "scaling pre-training improves factuality, scaling fine-tuning improves helpfulness",
-              f"factuality: EFT {eft['factuality']:.2f}, large base {base['factuality']:.2f}, small fine-tuned "
-              f"{ft['factuality']:.2f}; format: EFT {eft['format']:.2f}, large base {base['format']:.2f}, small "
-              f"fine-tuned {ft['format']:.2f}", decompose,
-              "EFT's factuality >= the small fine-tuned model's + 0.5 and within 0.1 of the large base's; EFT's "
-              "format >= the large base's + 0.5"),
+              f"factuality: EFT {share(eft, 'factuality'):.2f}, large base {share(base, 'factuality'):.2f}, small "
+              f"fine-tuned {share(ft, 'factuality'):.2f}; format: EFT {share(eft, 'format'):.2f}, large base "
+              f"{share(base, 'format'):.2f}, small fine-tuned {share(ft, 'format'):.2f} ({len(eft['format'])} "
+              "people)", decompose),
         Claim(CLAIM_SPECULATIVE, "about 2.5x faster up-scaled sampling, 70B base with a 7B draft (Sec. 4.3)",
-              f"chi-square p = {spec['chi2_p']:.3f} over {spec['chi2_categories']} categories (two-token samples "
-              f"vs exact EFT probabilities); wall-clock {speedup:.2f}x plain EFT decoding's speed; "
-              f"{spec['acceptance_rate']:.0%} of drafts kept; the large model runs "
-              f"{spec['speculative_large_passes_per_token']:.2f} times a token instead of once",
-              spec["chi2_p"] >= 0.01 and speedup > 1.0,
-              "chi-square p >= 0.01 and speculative decoding faster than plain EFT decoding in wall-clock time"),
+              f"the large model runs {spec['speculative_large_passes_per_token']:.2f} times a token instead of once "
+              f"({len(work)} prompts, {spec['acceptance_rate']:.0%} of drafts kept); samples match the exact EFT "
+              f"distribution (chi-square p = {spec['chi2_p']:.3f}, a check); wall-clock, not judged: "
+              f"{timings['speculative_speedup']:.2f}x plain EFT decoding's speed (tiny models on a CPU, where the "
+              "large model's passes are not most of the time)",
+              saving),
     ]
 
 

@@ -8,11 +8,16 @@ target GP's hyperparameters are fitted once (``fit_gpytorch_mll``) on random obs
 then held, as in the V-UCB authors' synthetic experiments. Methods: V-UCB, random search, and Meta-VBO with
 helpful priors, harmful priors, and a majority of harmful ones (1 helpful, all harmful). The regret is the
 simple regret of the risk, ``rho* - max_t rho(f(x_t, Z))``, divided by the range of the risk over the domain.
+
+Each claim is judged over seeds, paired (every method runs on the same drawn problem, initial observations and
+noise per seed), by :mod:`iclr24.core.evidence` against the margins below, fixed before the run. Two properties
+hold by construction and are sanity checks, not claims: the invariance to scaling and shifting the prior tasks
+(the priority uses only where their maxima are) and that every query lies in the no-regret set Q_t (Meta-VBO
+picks inside it).
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import matplotlib
@@ -22,7 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare  # noqa: E402
 
 PAPER = ("Meta-VBO: Utilizing Prior Tasks in Optimizing Risk Measures with Gaussian Processes "
          "(Nguyen, Low, Jaillet; ICLR 2024)")
@@ -37,12 +43,20 @@ LABELS = {"vucb": "V-UCB", "random": "random", "meta_vbo/helpful": "Meta-VBO, he
           "meta_vbo/datasets": "Meta-VBO, other datasets",
           "meta_vbo/harmful": "Meta-VBO, harmful priors", "meta_vbo/majority": "Meta-VBO, mostly harmful"}
 
-CLAIM_INVARIANCE = "Meta-VBO is invariant to scaling and vertical shifting of the prior tasks"
 CLAIM_HELPFUL = "with helpful prior tasks Meta-VBO finds a good risk faster than V-UCB"
 CLAIM_ROBUST = "Meta-VBO is robust to harmful prior tasks, even when they are the majority"
-CLAIM_NO_REGRET = "every Meta-VBO query lies in the no-regret query set, and its regret stays within the bound"
+CLAIM_NO_REGRET = "Meta-VBO's true regret stays within the bound of its no-regret query set"
 CLAIM_REAL = "on a real-world objective, prior tasks from related problems speed Meta-VBO up"
 SVM_METHODS = ("vucb", "random", "meta_vbo/datasets")
+
+# Margins, fixed before the run (normalised regret: a fraction of the risk's range over the domain).
+HELPFUL_FACTOR = 0.7  # spec pass (2): Meta-VBO's regret at T=early below 0.7 x V-UCB's (paired: meta - 0.7 vucb < 0)
+# Robustness is non-inferiority: Meta-VBO's regret at T=iterations at most 0.01 of the risk range above V-UCB's.
+# The spec's pass (3) asks "<= 1.1 x V-UCB", a tolerance relative to V-UCB's own regret; a margin must not come
+# from the run's data, so it is the absolute floor the criterion has carried since the first run (0.01).
+ROBUST_MARGIN = 0.01
+BOUND_SHARE_BAR = 0.95  # the regret bound holds with high probability: true regret within it for > 95% of queries
+SVM_MARGIN = 0.0  # the real-world objective: Meta-VBO's regret at T=early below V-UCB's, any improvement
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,7 @@ class Config:
 
 
 PRESETS = {
-    "smoke": Config(seeds=1, problems=("1d",), iterations=4, early=2, invariance_iterations=2, n_z=10,
+    "smoke": Config(seeds=3, problems=("1d",), iterations=4, early=2, invariance_iterations=2, n_z=10,
                     pretrain_per_dim=20, svm_points_per_dim=5),
     "quick": Config(),
     "paper": Config(seeds=20),
@@ -187,7 +201,7 @@ def _svm_runs(cfg: Config, seed: int) -> dict:
     name="meta_vbo",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_INVARIANCE, CLAIM_HELPFUL, CLAIM_ROBUST, CLAIM_NO_REGRET, CLAIM_REAL],
+    claims=[CLAIM_HELPFUL, CLAIM_ROBUST, CLAIM_NO_REGRET, CLAIM_REAL],
     description="V-UCB's no-regret query set, ordered by how many prior tasks favour each point: prior tasks "
                 "speed up BO of value-at-risk without being able to break it.",
 )
@@ -197,7 +211,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
 
     require_botorch()
     torch.set_num_threads(1)
-    seeds = [ctx.seed * 1000 + s for s in range(cfg.seeds)]
+    seeds = ctx.replicate_seeds(cfg.seeds)
     per_seed: dict[str, list[dict]] = {}
     svm_records: list[dict] = []
     with ctx.progress("meta_vbo", total=(len(cfg.problems) + 1) * len(seeds)) as bar:
@@ -222,15 +236,21 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             metrics[f"regret/{name}/{method}/T{cfg.early}"] = mean[cfg.early - 1]
             metrics[f"regret/{name}/{method}/T{cfg.iterations}"] = mean[-1]
     records = [r for rs in per_seed.values() for r in rs]
-    invariant = statistics.fmean(float(r["invariant"]) for r in records)
     pooled = {k: [v for r in records for v in r["checks"][k]] for k in records[0]["checks"]}
-    in_set = statistics.fmean(pooled["in_set"])
-    within = statistics.fmean(pooled["within_bound"])
-    vucb_within = statistics.fmean(pooled["vucb_within_bound"])
+    invariant = float(np.mean([r["invariant"] for r in records]))
+    in_set, within, vucb_within = (float(np.mean(pooled[k])) for k in ("in_set", "within_bound", "vucb_within_bound"))
     metrics.update({"invariant_fraction": invariant, "query_in_set_fraction": in_set,
                     "regret_within_bound_fraction": within, "vucb_regret_within_bound_fraction": vucb_within})
 
-    claims = _claims(cfg, curves, invariant, in_set, within, vucb_within, len(seeds))
+    claims = _claims(cfg, per_seed, svm_records)
+    checks = [
+        Check("Meta-VBO is invariant to scaling and vertical shifting of the prior tasks (the priority uses only "
+              "where each prior task's maxima are)", invariant == 1.0,
+              f"the first {cfg.invariance_iterations} queries (x, z) identical with the helpful prior tasks' "
+              f"outcomes x10 + 100 in {invariant:.0%} of {len(records)} runs"),
+        Check("every Meta-VBO query lies in the no-regret query set Q_t (it picks inside Q_t)", in_set == 1.0,
+              f"{in_set:.1%} of {len(pooled['in_set'])} queries"),
+    ]
     tables = {"regret": [row for name, by_method in curves.items() for row in _table_rows(cfg, name, by_method)]}
     figures = {"regret.png": _regret_figure(cfg, curves)}
     if "1d" in cfg.problems:
@@ -242,7 +262,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
              f"are fitted once on {cfg.pretrain_per_dim} x d random observations and held; each prior task's GP is "
              "fitted to its own observations. The no-regret set and the priority are our reading of the paper "
              "(no public code); see docs/meta_vbo.md.")
-    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes, checks=checks)
 
 
 def _table_rows(cfg: Config, problem: str, curves) -> list[dict]:
@@ -261,57 +281,60 @@ def _curves(records: list[dict], methods: tuple[str, ...] = METHODS) -> dict[str
     return out
 
 
-def _claims(cfg: Config, curves, invariant: float, in_set: float, within: float, vucb_within: float,
-            n_seeds: int) -> list[Claim]:
+def _claims(cfg: Config, per_seed: dict[str, list[dict]], svm_records: list[dict]) -> list[Claim]:
+    """The claims, each paired over seeds: ``per_seed[problem]`` and ``svm_records`` hold one record per seed."""
     early, late = cfg.early - 1, cfg.iterations - 1
 
-    def at(name, method, t):
-        return curves[name][method][0][t]
+    def at(records, method, t):
+        return [r["regret"][method][t] for r in records]
 
-    helpful = {n: (at(n, "meta_vbo/helpful", early), at(n, "vucb", early)) for n in cfg.problems}
-    robust = {(n, s): (at(n, f"meta_vbo/{s}", late), at(n, "vucb", late))
-              for n in cfg.problems for s in ("harmful", "majority")}
+    def means(name, method, t):
+        return f"{np.mean(at(per_seed[name], method, t)):.4f}"
+
+    n_seeds = len(svm_records)
     setting = f"mean normalised regret over {n_seeds} seeds"
+    helpful = all_of(*(
+        compare(at(records, "meta_vbo/helpful", early), [HELPFUL_FACTOR * v for v in at(records, "vucb", early)],
+                better="lower", label=f"{name}: regret at T={cfg.early}, Meta-VBO - {HELPFUL_FACTOR:g} x V-UCB")
+        for name, records in per_seed.items()))
+    robust = all_of(*(
+        compare(at(records, f"meta_vbo/{prior}", late), at(records, "vucb", late), better="lower",
+                margin=ROBUST_MARGIN, label=f"{name}, {prior} priors: regret at T={cfg.iterations}, Meta-VBO - V-UCB")
+        for name, records in per_seed.items() for prior in ("harmful", "majority")))
+    # the share of Meta-VBO's queries (every setting, every problem) whose true regret is within its bound, per seed
+    within = [float(np.mean([v for name in per_seed for v in per_seed[name][i]["checks"]["within_bound"]]))
+              for i in range(n_seeds)]
+    vucb_within = float(np.mean([v for records in per_seed.values() for r in records
+                                 for v in r["checks"]["vucb_within_bound"]]))
+    svm_meta, svm_vucb = at(svm_records, "meta_vbo/datasets", early), at(svm_records, "vucb", early)
     return [
-        Claim(CLAIM_INVARIANCE,
-              paper="property (i) of the abstract: invariance to scaling and vertical shifting of the blackbox "
-                    "function (the priority uses only where each prior task's maximisers are)",
-              measured=f"query sequences (x, z) identical with the helpful prior tasks' outcomes x10 + 100 in "
-                       f"{invariant:.0%} of {len(cfg.problems) * n_seeds} runs "
-                       f"({cfg.invariance_iterations} queries each)",
-              holds=invariant == 1.0,
-              criterion=f"all of the first {cfg.invariance_iterations} queries identical in every run"),
         Claim(CLAIM_HELPFUL,
               paper="synthetic and real-world benchmarks (plots): with helpful prior tasks Meta-VBO's regret "
                     "falls faster than V-UCB's",
-              measured="; ".join(f"{n}: {m:.4f} vs V-UCB {v:.4f} at T={cfg.early} ({m / v:.2f}x)" if v > 0 else
-                                 f"{n}: {m:.4f} vs V-UCB {v:.4f} at T={cfg.early}"
-                                 for n, (m, v) in helpful.items()) + f" ({setting})",
-              holds=all(m <= 0.7 * v for m, v in helpful.values()),
-              criterion=f"on every problem, Meta-VBO's regret at T={cfg.early} <= 0.7 x V-UCB's"),
+              measured="; ".join(f"{n}: {means(n, 'meta_vbo/helpful', early)} vs V-UCB {means(n, 'vucb', early)}"
+                                 for n in per_seed) + f" at T={cfg.early} ({setting})",
+              evidence=helpful),
         Claim(CLAIM_ROBUST,
               paper="property (ii) of the abstract: robustness to harmful prior tasks (a no-regret guarantee "
                     "whatever the prior tasks)",
-              measured="; ".join(f"{n} {s}: {m:.4f} vs V-UCB {v:.4f}" for (n, s), (m, v) in robust.items())
+              measured="; ".join(f"{n} {s}: {means(n, f'meta_vbo/{s}', late)} vs V-UCB {means(n, 'vucb', late)}"
+                                 for n in per_seed for s in ("harmful", "majority"))
                        + f" at T={cfg.iterations} ({setting})",
-              holds=all(m <= max(1.1 * v, 0.01) for m, v in robust.values()),
-              criterion=f"on every problem, with harmful priors and with mostly harmful ones, Meta-VBO's regret at "
-                        f"T={cfg.iterations} <= 1.1 x V-UCB's (both below 0.01 of the risk range counts as equal)"),
+              evidence=robust),
         Claim(CLAIM_NO_REGRET,
               paper="the query set keeps V-UCB's regret bound (Theorem: a sublinear cumulative regret)",
-              measured=f"{in_set:.1%} of Meta-VBO's queries in Q_t; true regret rho* - rho(f(x_t)) within the "
-                       f"bound (1 + eta) w_t(x_t) + lambda for {within:.1%} of them (V-UCB's within w_t(x+): "
-                       f"{vucb_within:.1%})",
-              holds=in_set == 1.0 and within >= 0.95,
-              criterion="every query in Q_t, and the true regret within its bound for >= 95% of queries"),
+              measured=f"true regret rho* - rho(f(x_t)) within the bound (1 + eta) w_t(x_t) + lambda for "
+                       f"{np.mean(within):.1%} of Meta-VBO's queries (per seed {np.min(within):.1%} to "
+                       f"{np.max(within):.1%}; V-UCB's within w_t(x+): {vucb_within:.1%})",
+              evidence=against(within, BOUND_SHARE_BAR, better="higher",
+                               label="share of Meta-VBO's queries with true regret within the bound")),
         Claim(CLAIM_REAL,
               paper="real-world objective functions (plots): Meta-VBO with prior tasks ahead of V-UCB",
               measured=f"RBF SVM on breast_cancer, VaR_{cfg.svm_alpha:g} of validation accuracy over 10 label-noise "
-                       f"levels, wine/iris/digits as prior tasks: regret at T={cfg.early} "
-                       f"{at('svm', 'meta_vbo/datasets', early):.4f} vs V-UCB {at('svm', 'vucb', early):.4f} "
-                       f"(mean over {n_seeds} seeds)",
-              holds=at("svm", "meta_vbo/datasets", early) <= at("svm", "vucb", early),
-              criterion=f"Meta-VBO's mean normalised regret at T={cfg.early} <= V-UCB's"),
+                       f"levels, wine/iris/digits as prior tasks: regret at T={cfg.early} {np.mean(svm_meta):.4f} vs "
+                       f"V-UCB {np.mean(svm_vucb):.4f} ({setting})",
+              evidence=compare(svm_meta, svm_vucb, better="lower", margin=SVM_MARGIN,
+                               label=f"SVM: regret at T={cfg.early}, Meta-VBO - V-UCB")),
     ]
 
 

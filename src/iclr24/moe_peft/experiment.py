@@ -9,12 +9,15 @@ MoLoRA-{2,4} from iclr24.moe_peft, on the same sites. Every method gets the best
 grid on a validation split (first seed), then the chosen rate for every seed; a rate chosen at the
 edge of its grid is named in the notes.
 
-1. MoV-10 is within 2 points of full fine-tuning on the mixture (trainable fraction reported).
-2. MoV-10 beats (IA)^3 by >= 5 points on the mixture.
-3. MoLoRA-4 beats LoRA on the mixture, on every seed.
-4. On held-out tasks MoV-10 generalises at least as well as (IA)^3.
+Each claim is judged over seeds (one replicate per seed: a fresh base, data and adapters), paired:
+
+1. MoV-10 is at most 2 points worse than full fine-tuning on the mixture (non-inferiority), tested only once
+   full fine-tuning is above chance (trainable fraction reported).
+2. MoV-10 beats (IA)^3 by more than 5 points on the mixture.
+3. MoLoRA-4 beats LoRA on the mixture.
+4. On held-out tasks MoV-10 is at most 2 points worse than (IA)^3, tested only once (IA)^3 is above chance there.
 5. Routers specialise: mutual information between task and routed expert (MoV-10, mean over sites)
-   >= 0.1 bit and >= 5x the same measure with task labels shuffled.
+   above 0.1 bit and above 5x the same measure with task labels shuffled.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare, given  # noqa: E402
 from iclr24.moe_peft.baselines import peft_ia3, peft_lora  # noqa: E402
 from iclr24.moe_peft.model import MoEModel, MoLoRAConfig, MoVConfig, get_moe_model  # noqa: E402
 from iclr24.moe_peft.routing import routing_mutual_information  # noqa: E402
@@ -43,6 +47,18 @@ CLAIM_IA3 = "MoV outperforms (IA)^3 by a wide margin"
 CLAIM_LORA = "MoLoRA outperforms LoRA"
 CLAIM_HELD_OUT = "MoV generalises to unseen tasks at least as well as (IA)^3"
 CLAIM_ROUTING = "MoV's routers specialise: different tasks are routed to different experts"
+# Thresholds, fixed before the run (accuracies are fractions; each claim is paired over seeds).
+#: "On par" and "at least as well as": at most 2 points worse (the spec's pass rule, full FT - MoV-10 <= 2 points).
+NON_INFERIORITY_MARGIN = 0.02
+#: "Outperforms (IA)^3": by more than 5 points (the spec's pass rule).
+MARGIN_OVER_IA3 = 0.05
+#: "MoLoRA outperforms LoRA": any improvement (no effect = 0).
+MARGIN_OVER_LORA = 0.0
+#: Router specialisation: I(task; expert) above 0.1 bit and above 5x the shuffled-task control (spec: "router
+#: assignments differ across tasks"; 0.1 bit and 5x were stated with the first version of this reproduction).
+MIN_ROUTING_BITS = 0.1
+ROUTING_CONTROL_FACTOR = 5.0
+
 LABELS = {"full": "full fine-tuning", "ia3": "(IA)^3 (peft)", "lora": "LoRA r4 (peft)", "mov4": "MoV-4",
           "mov10": "MoV-10", "molora2": "MoLoRA-2", "molora4": "MoLoRA-4"}
 #: The hidden activations (inputs of the 2nd, 3rd and output layers): the FFN-intermediate sites of MoV/(IA)^3.
@@ -53,7 +69,7 @@ LINEAR_SITES = ("0", "2", "4", "6")
 
 @dataclass(frozen=True)
 class Config:
-    seeds: int = 2
+    seeds: int = 3
     hidden: int = 256
     n_features: int = 16
     n_skills: int = 8
@@ -82,7 +98,7 @@ class Config:
 
 
 PRESETS = {
-    "smoke": Config(seeds=1, hidden=32, n_skills=3, pretrain_per_task=200, pretrain_epochs=2, adapt_per_task=60,
+    "smoke": Config(seeds=3, hidden=32, n_skills=3, pretrain_per_task=200, pretrain_epochs=2, adapt_per_task=60,
                     eval_per_task=40, epochs=2, full_lrs=(1e-3,), vector_lrs=(1e-2,), low_rank_lrs=(1e-3,)),
     "quick": Config(),
     "paper": Config(seeds=5, hidden=512, pretrain_per_task=6000, adapt_per_task=2000, epochs=50),
@@ -125,11 +141,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     mixture: dict[str, list[float]] = {n: [] for n in names}
     held_out: dict[str, list[float]] = {n: [] for n in names}
     sweep_rows, fractions, base_accuracy = [], {}, []
-    routing = None
+    routing: list[dict] = []
     total = sum(len(_grid(n, cfg)) for n in names) + (cfg.seeds - 1) * len(names) + cfg.seeds
     with ctx.progress("pretraining and adapting", total=total) as bar:
-        for s in range(cfg.seeds):
-            seed = ctx.seed + s
+        for s, seed in enumerate(ctx.replicate_seeds(cfg.seeds)):
             g = torch.Generator().manual_seed(seed)
             torch.manual_seed(seed)
             base = mlp_base(family.input_dim, cfg.hidden, cfg.n_classes)
@@ -160,8 +175,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                 fractions[name] = _trainable(model)
                 mixture[name].append(accuracy(model, X_test, y_test))
                 held_out[name].append(accuracy(model, X_held, y_held))
-                if s == 0 and name == "mov10":
-                    routing = _routing(model, X_test, task_test, len(train_tasks), seed)
+                if name == "mov10":
+                    routing.append(_routing(model, X_test, task_test, len(train_tasks), seed))
             ctx.log(f"seed {seed}: base {base_accuracy[-1]:.3f}; " + ", ".join(
                 f"{n} {mixture[n][-1]:.3f}/{held_out[n][-1]:.3f}" for n in names))
 
@@ -170,8 +185,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     mean_mix = {n: statistics.mean(v) for n, v in mixture.items()}
     mean_held = {n: statistics.mean(v) for n, v in held_out.items()}
     metrics = {"base_pretraining_accuracy": statistics.mean(base_accuracy),
-               "routing_mutual_information_bits": routing["mi"],
-               "routing_mutual_information_shuffled_bits": routing["mi_shuffled"]}
+               "routing_mutual_information_bits": statistics.mean(r["mi"] for r in routing),
+               "routing_mutual_information_shuffled_bits": statistics.mean(r["mi_shuffled"] for r in routing)}
     for n in names:
         metrics |= {f"{n}_mixture_accuracy": mean_mix[n], f"{n}_held_out_accuracy": mean_held[n],
                     f"{n}_trainable_fraction": fractions[n][1], f"{n}_trainable_parameters": fractions[n][0],
@@ -182,12 +197,12 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
              "per seed (mixture)": [round(v, 4) for v in mixture[n]]} for n in names]
     return Result(
         metrics=metrics,
-        claims=_claims(mixture, mean_held, fractions, routing),
+        claims=_claims(mixture, held_out, fractions, routing, chance=1 / cfg.n_classes),
         figures={"accuracy_vs_parameters.png": _plot_tradeoff(mean_mix, mean_held, fractions, 1 / cfg.n_classes),
-                 "router_usage.png": _plot_routing(routing, train_tasks)},
+                 "router_usage.png": _plot_routing(routing[0], train_tasks)},
         tables={"methods": rows, "learning_rate_sweep": sweep_rows,
-                "routing": [{"site": site, "I(task; expert) bits": round(mi, 4)}
-                            for site, mi in routing["per_site"].items()]},
+                "routing": [{"site": site, "I(task; expert) bits, first seed": round(mi, 4)}
+                            for site, mi in routing[0]["per_site"].items()]},
         notes=(f"{cfg.seeds} seeds. Base: MLP, {cfg.hidden} wide, 3 GELU layers, pretrained {cfg.pretrain_epochs} "
                f"epochs on {cfg.n_skills} skills ({cfg.pretrain_per_task} examples each; accuracy "
                f"{statistics.mean(base_accuracy):.3f}), then frozen. Mixture: {len(train_tasks)} (skill, shift) "
@@ -225,36 +240,47 @@ def _routing(model: MoEModel, X: torch.Tensor, task: torch.Tensor, n_tasks: int,
             "usage": per_task["real"]}
 
 
-def _claims(mixture: dict[str, list[float]], held: dict, fractions: dict, routing: dict) -> list[Claim]:
+def _claims(mixture: dict[str, list[float]], held: dict[str, list[float]], fractions: dict,
+            routing: list[dict], chance: float) -> list[Claim]:
+    """The five claims from per-seed accuracies (``mixture``, ``held``: method -> one value per seed) and per-seed
+    routing measurements; ``chance`` is 1 / classes."""
     def pct(x: float) -> str:
         return f"{100 * x:.1f}%"
 
     mix = {n: statistics.mean(v) for n, v in mixture.items()}
-    gap = mix["full"] - mix["mov10"]
-    over_ia3 = mix["mov10"] - mix["ia3"]
-    over_lora = mix["molora4"] - mix["lora"]
-    over_lora_per_seed = [a - b for a, b in zip(mixture["molora4"], mixture["lora"])]
-    mi, control = routing["mi"], routing["mi_shuffled"]
+    held_mean = {n: statistics.mean(v) for n, v in held.items()}
+    mi = [r["mi"] for r in routing]
+    control = [r["mi_shuffled"] for r in routing]
+    seeds = f"mean of {len(mixture['full'])} seeds"
     return [
         Claim(CLAIM_FULL, "on par with full fine-tuning, updating less than 1% of an 11B-parameter T5 "
               "(abstract; zero-shot on held-out P3 tasks)",
-              f"full fine-tuning {pct(mix['full'])}, MoV-10 {pct(mix['mov10'])} (gap {100 * gap:+.1f} pts), "
-              f"training {pct(fractions['mov10'][1])} of the parameters ({fractions['mov10'][0]})",
-              gap <= 0.02, "full fine-tuning - MoV-10 <= 2 points (mixture test accuracy, mean over seeds)"),
+              f"mixture test accuracy: full fine-tuning {pct(mix['full'])}, MoV-10 {pct(mix['mov10'])} (chance "
+              f"{pct(chance)}; {seeds}), training {pct(fractions['mov10'][1])} of the parameters "
+              f"({fractions['mov10'][0]})",
+              given(against(mixture["full"], chance, label="full fine-tuning's mixture accuracy vs chance"),
+                    compare(mixture["mov10"], mixture["full"], margin=-NON_INFERIORITY_MARGIN,
+                            label="mixture accuracy, MoV-10 - full fine-tuning"))),
         Claim(CLAIM_IA3, "outperforms standard PEFT methods ((IA)^3, the method MoV mixes) (abstract)",
-              f"MoV-10 {pct(mix['mov10'])} vs (IA)^3 {pct(mix['ia3'])} ({100 * over_ia3:+.1f} pts)",
-              over_ia3 >= 0.05, "MoV-10 >= (IA)^3 + 5 points on the mixture"),
+              f"mixture test accuracy: MoV-10 {pct(mix['mov10'])} vs (IA)^3 {pct(mix['ia3'])} ({seeds})",
+              compare(mixture["mov10"], mixture["ia3"], margin=MARGIN_OVER_IA3,
+                      label="mixture accuracy, MoV-10 - (IA)^3")),
         Claim(CLAIM_LORA, "outperforms standard PEFT methods (LoRA, the method MoLoRA mixes) (abstract)",
-              f"MoLoRA-4 {pct(mix['molora4'])} vs LoRA {pct(mix['lora'])} ({100 * over_lora:+.1f} pts; per seed "
-              f"{', '.join(f'{100 * d:+.1f}' for d in over_lora_per_seed)})",
-              all(d > 0 for d in over_lora_per_seed), "MoLoRA-4 > LoRA on the mixture, on every seed (paired)"),
+              f"mixture test accuracy: MoLoRA-4 {pct(mix['molora4'])} vs LoRA {pct(mix['lora'])} ({seeds})",
+              compare(mixture["molora4"], mixture["lora"], margin=MARGIN_OVER_LORA,
+                      label="mixture accuracy, MoLoRA-4 - LoRA")),
         Claim(CLAIM_HELD_OUT, "generalises to unseen tasks, as it does not depend on prior task knowledge (abstract)",
-              f"held-out tasks: MoV-10 {pct(held['mov10'])} vs (IA)^3 {pct(held['ia3'])}; full fine-tuning "
-              f"{pct(held['full'])}, LoRA {pct(held['lora'])}",
-              held["mov10"] >= held["ia3"], "MoV-10's held-out accuracy >= (IA)^3's"),
+              f"held-out tasks: MoV-10 {pct(held_mean['mov10'])} vs (IA)^3 {pct(held_mean['ia3'])}; full "
+              f"fine-tuning {pct(held_mean['full'])}, LoRA {pct(held_mean['lora'])} (chance {pct(chance)}; {seeds})",
+              given(against(held["ia3"], chance, label="(IA)^3's held-out accuracy vs chance"),
+                    compare(held["mov10"], held["ia3"], margin=-NON_INFERIORITY_MARGIN,
+                            label="held-out accuracy, MoV-10 - (IA)^3"))),
         Claim(CLAIM_ROUTING, "experts specialise by task (the paper's routing analysis; not verified here)",
-              f"I(task; expert) = {mi:.3f} bits (mean over sites; shuffled tasks {control:.4f} bits)",
-              mi >= 0.1 and mi >= 5 * control, "I(task; expert) >= 0.1 bit and >= 5x the shuffled-task control"),
+              f"I(task; expert) = {statistics.mean(mi):.3f} bits (MoV-10, mean over sites; shuffled tasks "
+              f"{statistics.mean(control):.4f} bits; {seeds})",
+              all_of(against(mi, MIN_ROUTING_BITS, label="I(task; expert), bits"),
+                     compare(mi, [ROUTING_CONTROL_FACTOR * c for c in control],
+                             label=f"I(task; expert) - {ROUTING_CONTROL_FACTOR:g}x the shuffled-task control"))),
     ]
 
 

@@ -6,6 +6,10 @@ votes) on the first ``vote_pairs`` pairs, by its single-pass P(Yes) variant and 
 baseline (prompt and unigram variants) on all of them. Pipeline: a simulated generator describes fictional
 places (known facts stated the same way each time, unknown ones sampled) and a simulated analyser with a set
 error rate judges the pairs; ChatProtect triggers, detects and mitigates, and the ground truth scores it.
+
+Replicates are independent prompts: for detection, the labelled pairs (precision and recall as rates over
+them); for the pipeline, the fictional places (one prompt each). That mitigation's last pass removes what it
+still flags is true by construction: a sanity check, not a claim.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core.evidence import against, all_of  # noqa: E402
 from iclr24.selfcontradiction.chatprotect import ChatProtect, ContradictionDetector  # noqa: E402
 from iclr24.selfcontradiction.evaluation import (  # noqa: E402
     SelfCheckDetector,
@@ -41,6 +46,12 @@ CLAIM_DETECT = ("the prompted detector finds self-contradictions with high preci
 CLAIM_RATE = "SIMULATED: the triggered pipeline measures the generator's self-contradiction rate"
 CLAIM_MITIGATE = "SIMULATED: iterative mitigation removes contradictions while keeping the consistent facts"
 PROMPTS = ("Please tell me about the Eiffel Tower.", "Please tell me about the river Thames.")
+
+# Thresholds, fixed before any run:
+DETECT_BAR = 0.75  # precision and recall each above 0.75 (the pre-migration F1 >= 0.75; paper: P 84.2, R 83.2)
+RATE_TOLERANCE = 0.05  # flagged rate within 5 points of the configured rate (pre-migration criterion)
+REMOVED_BAR = 0.895  # share of contradictions removed: the paper's 89.5% (Table 3, ChatGPT)
+KEPT_BAR = 0.90  # share of known (consistent) facts kept (pre-migration criterion; paper's informativeness 100.8%)
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,8 @@ def _simulate(cfg: Config, seed: int) -> dict:
     checked = flagged = contradictory = removed = caught = caught_removed = known = kept = hits = 0
     false_alarms = false_alarms_kept = 0
     rounds = []
+    per_prompt = {"flagged_rate": [], "removed": [], "kept": []}  # one value per place (prompt)
+    last_pass_flagged = last_pass_removed = 0
     for entity in world.entities:
         prompt = f"Please tell me about {entity}."
         report = protect.protect(prompt)
@@ -103,6 +116,11 @@ def _simulate(cfg: Config, seed: int) -> dict:
             parsed = world.parse(sentence)
             if parsed is not None:
                 stated.setdefault(parsed[0], set()).add(parsed[1])
+        for check in report.checks:  # whatever the last pass still flags is removed: the invariant checked
+            if check.flagged and check.round == cfg.max_rounds:
+                last_pass_flagged += 1
+                last_pass_removed += check.action == "removed"
+        counts = (checked, flagged, contradictory, removed, known, kept)
         for check in (c for c in report.checks if c.round == 1):
             truth = analyzer.truth(check.trigger.sentence, check.trigger.alternative)
             fact = world.parse(check.trigger.sentence)[0]
@@ -121,6 +139,14 @@ def _simulate(cfg: Config, seed: int) -> dict:
                 if check.flagged:                     # a false alarm: did the revision keep the fact?
                     false_alarms += 1
                     false_alarms_kept += fact.value in stated.get(fact, ())
+        n_checked, n_flagged, n_contra, n_removed, n_known, n_kept = (
+            now - before for now, before in zip((checked, flagged, contradictory, removed, known, kept), counts))
+        if n_checked:
+            per_prompt["flagged_rate"].append(n_flagged / n_checked)
+        if n_contra:
+            per_prompt["removed"].append(n_removed / n_contra)
+        if n_known:
+            per_prompt["kept"].append(n_kept / n_known)
     miss = statistics.fmean(1 - 1 / len(pool) for pool in ATTRIBUTES.values())
     return {"configured_rate": (1 - cfg.known_fraction) * miss, "measured_rate": flagged / checked,
             "true_rate": contradictory / checked, "detector_accuracy": hits / checked,
@@ -128,7 +154,8 @@ def _simulate(cfg: Config, seed: int) -> dict:
             "kept": kept / max(1, known), "kept_flagged": false_alarms_kept / max(1, false_alarms),
             "max_rounds": max(rounds),
             "mean_rounds": statistics.fmean(rounds),
-            "generator_calls": generator.calls, "analyzer_calls": analyzer.calls, "sentences": checked}
+            "generator_calls": generator.calls, "analyzer_calls": analyzer.calls, "sentences": checked,
+            "last_pass_flagged": last_pass_flagged, "last_pass_removed": last_pass_removed, "per_prompt": per_prompt}
 
 
 @experiment(
@@ -146,7 +173,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             f"(configured {sim['configured_rate']:.3f}); mitigation removed {sim['removed_flagged']:.3f} of the "
             f"flagged contradictions ({sim['removed']:.3f} of all), kept {sim['kept']:.3f} of known facts, "
             f"<= {sim['max_rounds']} passes")
-    metrics = {f"sim/{k}": float(v) for k, v in sim.items()}
+    metrics = {f"sim/{k}": float(v) for k, v in sim.items() if k != "per_prompt"}
     from iclr24.llm import LoggedModel, get_model
 
     llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
@@ -168,11 +195,14 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         tables["transcript"] = _plumbing(cfg, llm, ctx)
     figures["mitigation.png"] = _mitigation_figure(sim)
     claims = _claims(cfg, sim, detect, llm.name)
+    checks = [Check("mitigation's last pass removes every sentence it still flags",
+                    sim["last_pass_removed"] == sim["last_pass_flagged"],
+                    f"{sim['last_pass_removed']} of {sim['last_pass_flagged']} removed (SIMULATED pipeline)")]
     notes = (f"Detection used {llm.name}. The pipeline rows are SIMULATED: a scripted generator over "
              f"{cfg.entities} fictional places ({cfg.known_fraction:.0%} of facts known, {cfg.elaborate:.0%} of "
              f"sentences reworded, {cfg.revision_error:.0%} of revisions stubborn) and a scripted analyser wrong on "
              f"{cfg.analyzer_error:.0%} of pairs; they check ChatProtect's arithmetic, not a model.")
-    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes, checks=checks)
 
 
 def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
@@ -197,6 +227,7 @@ def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
             cuts = sorted({min(scores) - 1.0, *(x - 1e-9 for x in scores)})    # flag score > t: every cut point
             curve = [(t, *precision_recall_f1(scores, labels[:n], t)) for t in cuts]
             out[name] = {"pairs": n, "precision": precision, "recall": recall, "f1": f1,
+                         "flags": [score > cfg.threshold for score in scores], "labels": labels[:n],
                          "best_f1": max(c[3] for c in curve), "curve": curve}
             ctx.log(f"{name}: P {precision:.2f} R {recall:.2f} F1 {f1:.2f} on {n} pairs")
     return out
@@ -223,35 +254,57 @@ def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
     return rows
 
 
+def _detection_evidence(flags, labels, unit: str = "labelled pairs"):
+    """Precision (over the flagged pairs) and recall (over the contradictory pairs), each a rate of 0/1
+    outcomes over independent labelled pairs, both above :data:`DETECT_BAR`."""
+    hits_flagged = [float(label) for flag, label in zip(flags, labels) if flag]
+    hits_contradictory = [float(flag) for flag, label in zip(flags, labels) if label]
+    parts = []
+    for name, hits in (("recall", hits_contradictory), ("precision", hits_flagged)):
+        # no flagged pair: precision is undefined, which decides nothing (a single 0 keeps n < 3)
+        parts.append(against(hits or [0.0], DETECT_BAR, binary=True, unit=unit, label=name))
+    return all_of(*parts)
+
+
 def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     claims = []
     labels = [p.contradictory for p in load_pairs()]
-    votes = detect.get("ChatProtect (explanation + votes)") or detect.get("ChatProtect (single-pass P(Yes))")
-    if votes is not None:
-        name = next(k for k, v in detect.items() if v is votes)
-        claims.append(Claim(
-            CLAIM_DETECT, paper="ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from "
-                                "the authors' released outputs)",
-            measured=f"{llm_name}, {name}: F1 {votes['f1']:.2f} (P {votes['precision']:.2f}, R {votes['recall']:.2f}) "
-                     f"on {votes['pairs']} labelled pairs at threshold {cfg.threshold:g} (flagging every pair: F1 "
-                     f"{_always_yes(labels[:votes['pairs']])[2]:.2f}; one pair moves F1 by ~{1 / votes['pairs']:.2f})",
-            holds=votes["f1"] >= 0.75, criterion=f"F1 >= 0.75, flagging score > {cfg.threshold:g}"))
+    chatprotect = [k for k in ("ChatProtect (explanation + votes)", "ChatProtect (single-pass P(Yes))") if k in detect]
+    # the ChatProtect variant scored on the most pairs; on a tie the paper's (explanation + votes)
+    name = max(chatprotect, key=lambda k: detect[k]["pairs"])
+    chosen = detect[name]
+    others = "; ".join(f"{k}: F1 {v['f1']:.2f} on {v['pairs']}" for k, v in detect.items() if k != name)
+    claims.append(Claim(
+        CLAIM_DETECT, paper="ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from "
+                            "the authors' released outputs)",
+        measured=f"{llm_name}, {name}: P {chosen['precision']:.2f}, R {chosen['recall']:.2f} (F1 {chosen['f1']:.2f}) "
+                 f"over {chosen['pairs']} independent labelled pairs at threshold {cfg.threshold:g} (flagging every "
+                 f"pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); {others}",
+        evidence=_detection_evidence(chosen["flags"], chosen["labels"])))
+    places = "prompts (fictional places)"
+    per_prompt = sim["per_prompt"]
+    gap = [r - sim["configured_rate"] for r in per_prompt["flagged_rate"]]
     claims.append(Claim(
         CLAIM_RATE, paper="17.7% of ChatGPT's sentences are self-contradictory (measured by the pipeline)",
         measured=f"SIMULATED generator: flagged {sim['measured_rate']:.3f} of {sim['sentences']} sentences vs "
                  f"configured {sim['configured_rate']:.3f} (ground truth {sim['true_rate']:.3f}; analyser error "
-                 f"{cfg.analyzer_error:.0%})",
-        holds=abs(sim["measured_rate"] - sim["configured_rate"]) <= 0.05,
-        criterion="|flagged rate - configured rate| <= 5 points"))
+                 f"{cfg.analyzer_error:.0%}); replicates: the flagged rate of each of {len(gap)} places",
+        evidence=all_of(against(gap, RATE_TOLERANCE, better="lower", unit=places,
+                                label="flagged rate - configured rate"),
+                        against(gap, -RATE_TOLERANCE, better="higher", unit=places,
+                                label="flagged rate - configured rate"))))
     claims.append(Claim(
         CLAIM_MITIGATE, paper="ChatGPT: 89.5% of self-contradictions removed, informativeness kept at 100.8% "
                               "(Table 3; 3 revising passes and a removing one)",
-        measured=f"SIMULATED: removed {sim['removed_flagged']:.1%} of the flagged contradictory sentences "
-                 f"({sim['removed']:.1%} of all, counting those the analyser missed), kept {sim['kept']:.1%} of the "
-                 f"known facts ({sim['kept_flagged']:.1%} of those falsely flagged), {sim['mean_rounds']:.2f} passes "
-                 f"on average (at most {sim['max_rounds']} of {cfg.max_rounds})",
-        holds=sim["removed_flagged"] >= 0.98 and sim["kept"] >= 0.90,
-        criterion=f"flagged contradictions removed >= 98% and known facts kept >= 90% (in <= {cfg.max_rounds} passes)"))
+        measured=f"SIMULATED: removed {sim['removed']:.1%} of all contradictory sentences (counting those the analyser "
+                 f"missed; {sim['removed_flagged']:.1%} of the flagged ones), kept {sim['kept']:.1%} of the known "
+                 f"facts ({sim['kept_flagged']:.1%} of those falsely flagged), {sim['mean_rounds']:.2f} passes on "
+                 f"average (at most {sim['max_rounds']} of {cfg.max_rounds}); replicates: places "
+                 f"({len(per_prompt['removed'])} with a contradiction, {len(per_prompt['kept'])} with a known fact)",
+        evidence=all_of(against(per_prompt["removed"] or [0.0], REMOVED_BAR, unit=places,
+                                label="share of contradictions removed"),
+                        against(per_prompt["kept"] or [0.0], KEPT_BAR, unit=places,
+                                label="share of known facts kept"))))
     return claims
 
 

@@ -10,6 +10,11 @@ Subspace Activation Patching" (Makelov, Lange, Nanda, ICLR 2024).
    hidden activation and its rowspace / nullspace parts (w.r.t. W_out); the full residual
    patch and a 1-d DAS direction in the residual stream. DAS is trained on two templates and
    half the names, and evaluated on the other templates and names.
+
+The claims are judged over independent groups of held-out prompt pairs (``test_groups`` of them, each with
+``test_pairs / test_groups`` pairs; the FLDD of a group is computed from its own clean logit difference), paired
+across patches. The DAS directions are trained once per run. The toy's exact outcomes and the nullspace part's
+zero effect are identities, true by construction: sanity checks, not claims.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare  # noqa: E402
 from iclr24.interp import TEXT_NAMES, ioi_batch, ioi_prompts, single_token_words  # noqa: E402
 from iclr24.subspace_patching.das import EndPatcher, PatchingPairs, train_das  # noqa: E402
 from iclr24.subspace_patching.patching import (  # noqa: E402
@@ -35,11 +41,18 @@ from iclr24.subspace_patching.toy import PlantedDormantMLP, toy_patches  # noqa:
 
 PAPER = ("Is This the Subspace You Are Looking For? An Interpretability Illusion for Subspace Activation Patching "
          "(Makelov, Lange, Nanda, ICLR 2024)")
-CLAIM_TOY = ("toy: patching along (e2 + e3)/sqrt2 moves the output exactly to the source, while e2, e3 or both "
-             "patched fully do nothing")
 CLAIM_MLP = ("an MLP's 1-d DAS direction changes IOI behaviour while patching the whole MLP does nothing, and its "
              "rowspace part (the part the MLP's output can see) does far less: an illusion")
 CLAIM_RESID = "a 1-d DAS direction in the residual stream is not illusory: the full residual patch there works too"
+
+# Thresholds (FLDD, in %), fixed before any run: the pre-migration criteria, below the paper's GPT-2 numbers.
+DAS_CHANGES = 30.0  # a 1-d DAS patch "changes IOI behaviour": FLDD above 30% (paper, MLP8: 45.9%)
+FULL_MLP_NOTHING = 10.0  # the full MLP patch "does nothing": FLDD within +-10% (paper: -8%)
+ROWSPACE_SHARE = 0.5  # the rowspace part "does far less": FLDD below half the DAS direction's (paper: 13.2 vs 45.9)
+RESID_WORKS = 50.0  # residual DAS and full patches both "work": FLDD above 50% (paper: 138.9% and 121.5%)
+EXACT = 1e-12  # the toy's identities, in float64
+NULLSPACE_ZERO = 1e-3  # |FLDD| (%) of the nullspace part: zero up to float32 rounding
+UNIT = "held-out prompt-pair groups"
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class Config:
     lm: str = "embedded"  # "embedded", "hf:/path", or "random-tiny" (a random 3-layer Llama: plumbing only)
     train_pairs: int = 100
     test_pairs: int = 100
+    test_groups: int = 5  # independent groups of held-out pairs: the claims' replicates
     train_templates: tuple[int, ...] = (0, 1)
     test_templates: tuple[int, ...] = (2, 3, 5)
     scan_pairs: int = 20  # pairs used to choose the block
@@ -60,10 +74,13 @@ class Config:
             raise ValueError(f"lm must be 'embedded', 'embedded:NAME', 'hf:/path' or 'random-tiny', got {self.lm!r}")
         if set(self.train_templates) & set(self.test_templates):
             raise ValueError("train_templates and test_templates must not overlap")
+        if not 1 <= self.test_groups <= self.test_pairs:
+            raise ValueError(f"test_groups must be in [1, test_pairs={self.test_pairs}], got {self.test_groups}")
 
 
 PRESETS = {
-    "smoke": Config(lm="random-tiny", train_pairs=8, test_pairs=8, scan_pairs=4, epochs=2, batch_size=4),
+    "smoke": Config(lm="random-tiny", train_pairs=8, test_pairs=9, test_groups=3, scan_pairs=4, epochs=2,
+                    batch_size=4),
     "quick": Config(),
     "paper": Config(train_pairs=200, test_pairs=200, scan_pairs=100, scan_from=0.0),
 }
@@ -73,7 +90,7 @@ PRESETS = {
     name="subspace_patching",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_TOY, CLAIM_MLP, CLAIM_RESID],
+    claims=[CLAIM_MLP, CLAIM_RESID],
     description="The interpretability illusion of subspace activation patching: a toy and IOI on SmolLM2.",
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
@@ -109,6 +126,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             f"chose {resid_hook} and {mlp_hook}")
 
     rows, directions = [], {}
+    groups = torch.arange(len(test)) % cfg.test_groups  # pair i in group i mod test_groups
+    by_group = {}  # patch -> FLDD of each group of held-out pairs
     for kind, hook in (("MLP", mlp_hook), ("resid", resid_hook)):
         p_train = EndPatcher(lm, hook, train, batch_size=cfg.batch_size)
         p_test = EndPatcher(lm, hook, test, batch_size=cfg.batch_size)
@@ -124,6 +143,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             patches["DAS nullspace part"] = lambda w, u, d=v_null: patch_direction(w, u, d)
         for name, patch in patches.items():
             ld = p_test.logit_diff(patch)
+            by_group[f"{kind} {name}"] = [fldd(ld[groups == g], ld_clean[groups == g]) for g in range(cfg.test_groups)]
             rows.append({"hook": hook, "patch": f"{kind} {name}", "FLDD %": fldd(ld, ld_clean),
                          "interchange accuracy": interchange_accuracy(ld)})
             ctx.log(f"{hook} {name}: FLDD {rows[-1]['FLDD %']:.1f}%, interchange accuracy "
@@ -144,27 +164,41 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     resid_das, resid_full = result["resid DAS 1-d"]["FLDD %"], result["resid full"]["FLDD %"]
     model_name = {"embedded": "SmolLM2-135M-Instruct", "random-tiny": "a random 3-layer Llama (plumbing only)"}.get(
         cfg.lm, cfg.lm)
+    toy_others = max(moved["e2 (disconnected)"], moved["e3 (dormant)"], moved["span{e2, e3}"])
+    checks = [
+        Check("toy: patching along (e2 + e3)/sqrt2 moves the output exactly to the source, while e2, e3 or both "
+              "patched fully do nothing", to_source < EXACT and toy_others < EXACT,
+              f"|y - y_source| <= {to_source:.1e}; largest change with e2, e3 or span{{e2, e3}}: {toy_others:.1e} "
+              f"(float64, bound {EXACT:g})"),
+        Check("the nullspace part of the MLP's DAS direction (w.r.t. W_out) does nothing",
+              abs(mlp_null) < NULLSPACE_ZERO, f"FLDD {mlp_null:.2e}% (bound {NULLSPACE_ZERO:g}%)"),
+    ]
+    pairs = f"{len(test)} held-out pairs in {cfg.test_groups} groups"
     claims = [
-        Claim(CLAIM_TOY, paper="y moves to the source along (e2 + e3)/sqrt2; e2, e3, span{e2, e3}: no change",
-              measured=(f"|y - y_source| <= {to_source:.1e} along (e2 + e3)/sqrt2; max change with e2 "
-                        f"{moved['e2 (disconnected)']:.1e}, e3 {moved['e3 (dormant)']:.1e}, span "
-                        f"{moved['span{e2, e3}']:.1e}"),
-              holds=to_source < 1e-12 and max(moved["e2 (disconnected)"], moved["e3 (dormant)"],
-                                               moved["span{e2, e3}"]) < 1e-12,
-              criterion="all four to 1e-12 in float64"),
-        Claim(CLAIM_MLP, paper="GPT-2 MLP8: DAS 1-d FLDD 45.9%, full MLP -8%, rowspace part 13.2%, nullspace 0.0%",
+        Claim(CLAIM_MLP, paper="GPT-2 MLP8: DAS 1-d FLDD 45.9%, full MLP -8%, rowspace part 13.2%",
               measured=(f"{model_name} {mlp_hook}: DAS 1-d {mlp_das:.1f}%, full MLP {mlp_full:.1f}%, rowspace part "
-                        f"{mlp_row:.1f}%, nullspace part {mlp_null:.1f}% (held-out templates and names)"),
-              holds=mlp_das >= 30 and abs(mlp_full) <= 10 and mlp_row <= 0.5 * mlp_das,
-              criterion="DAS FLDD >= 30%, |full-MLP FLDD| <= 10%, rowspace-part FLDD <= half the DAS FLDD"),
+                        f"{mlp_row:.1f}% (held-out templates and names; {pairs})"),
+              evidence=mlp_illusion_evidence(by_group["MLP DAS 1-d"], by_group["MLP full"],
+                                             by_group["MLP DAS rowspace part"])),
         Claim(CLAIM_RESID, paper="GPT-2 resid 8: DAS 1-d FLDD 138.9%, full patch 121.5%",
-              measured=f"{model_name} {resid_hook}: DAS 1-d {resid_das:.1f}%, full patch {resid_full:.1f}%",
-              holds=resid_das >= 50 and resid_full >= 50,
-              criterion="DAS FLDD >= 50% and the full residual patch's FLDD >= 50%"),
+              measured=f"{model_name} {resid_hook}: DAS 1-d {resid_das:.1f}%, full patch {resid_full:.1f}% ({pairs})",
+              evidence=all_of(against(by_group["resid DAS 1-d"], RESID_WORKS, unit=UNIT, label="resid DAS 1-d FLDD %"),
+                              against(by_group["resid full"], RESID_WORKS, unit=UNIT, label="resid full FLDD %"))),
     ]
     notes = (f"{model_name}: clean logit difference {metrics['mlp_clean_logit_diff']:.2f} on held-out pairs; block "
              f"{best} chosen by the largest full END residual patch. See docs/subspace_patching.md.")
-    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+    return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes, checks=checks)
+
+
+def mlp_illusion_evidence(das, full, rowspace):
+    """The MLP claim from per-group FLDDs (%): the DAS direction changes behaviour, the full MLP patch does nothing
+    (an equivalence: within +-FULL_MLP_NOTHING), and the rowspace part does less than half of the DAS effect."""
+    return all_of(
+        against(das, DAS_CHANGES, unit=UNIT, label="MLP DAS 1-d FLDD %"),
+        against(full, FULL_MLP_NOTHING, better="lower", unit=UNIT, label="MLP full FLDD %"),
+        against(full, -FULL_MLP_NOTHING, better="higher", unit=UNIT, label="MLP full FLDD %"),
+        compare(rowspace, [ROWSPACE_SHARE * v for v in das], better="lower", unit=UNIT,
+                label=f"rowspace-part FLDD - {ROWSPACE_SHARE:g} x DAS FLDD (%)"))
 
 
 def _load(cfg: Config, seed: int):
