@@ -42,6 +42,11 @@ def competitive_attention(keys: torch.Tensor, queries: torch.Tensor, eps: float 
     wins no input from dividing by zero.
     """
     check_number("eps", eps, minimum=0.0)
+    check_tensor("keys", keys, min_ndim=2, finite=False, shape_doc="(*, n_inputs, d)")
+    check_tensor("queries", queries, min_ndim=2, finite=False, shape_doc="(*, n_components, d)")
+    if keys.shape[-1] != queries.shape[-1]:
+        raise ValueError(f"keys and queries must share the last dimension d, got {tuple(keys.shape)} and "
+                         f"{tuple(queries.shape)}")
     logits = keys @ queries.transpose(-1, -2)  # (*, n_inputs, n_components)
     attention = logits.softmax(dim=-1) + eps
     return attention / attention.sum(dim=-2, keepdim=True)

@@ -34,6 +34,9 @@ def _check_decomposition(decomposition: str) -> str:
     return decomposition
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def tpr_write(memory: torch.Tensor, role1: torch.Tensor, role2: torch.Tensor, filler: torch.Tensor,
               gate: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """One delta-rule write of an order-3 TPR memory.
@@ -42,6 +45,14 @@ def tpr_write(memory: torch.Tensor, role1: torch.Tensor, role2: torch.Tensor, fi
     for role1 (x) role2 is replaced by the gated new filler, then the memory is shrunk back to norm <= 1:
     M <- M + r1 (x) r2 (x) scale * gate * (f - M(r1, r2)); M <- M / max(||M||, 1).
     """
+    check_tensor("memory", memory, ndim=4, dtypes=_FLOATS, finite=False, shape_doc="(B, D, D, D)")
+    B, D = memory.shape[0], memory.shape[-1]
+    for name, x, shape in (("role1", role1, (B, D)), ("role2", role2, (B, D)), ("filler", filler, (B, D)),
+                           ("gate", gate, (B, 1))):
+        check_tensor(name, x, dtypes=_FLOATS, finite=False)
+        if x.shape != shape or memory.shape[1:] != (D, D, D):
+            raise ValueError(f"{name} must be {shape} for memory (B, D, D, D) = {tuple(memory.shape)}, got shape "
+                             f"{tuple(x.shape)}")
     role = torch.einsum("br,bt->brt", role1, role2)  # (B, D, D)
     stored = torch.einsum("brt,brtf->bf", role, memory)  # (B, D): what the memory returns for this role now
     memory = memory + torch.einsum("brt,bf->brtf", role, scale * gate * (filler - stored))
@@ -56,6 +67,13 @@ def tpr_read(memory: torch.Tensor, unbind1: torch.Tensor, unbind2: torch.Tensor,
     ``memory`` (B, D, D, D), ``unbind1`` (B, D), ``unbind2`` (B, R, D) -> (B, D): u <- M(u, unbind2[:, i])
     for i = 1..R, each read followed by ``norm`` (LayerNorm in the FWM; None reads the raw tensor product).
     """
+    check_tensor("memory", memory, ndim=4, dtypes=_FLOATS, finite=False, shape_doc="(B, D, D, D)")
+    B, D = memory.shape[0], memory.shape[-1]
+    check_tensor("unbind1", unbind1, dtypes=_FLOATS, finite=False)
+    check_tensor("unbind2", unbind2, dtypes=_FLOATS, finite=False)
+    if unbind1.shape != (B, D) or unbind2.dim() != 3 or unbind2.shape[0] != B or unbind2.shape[2] != D:
+        raise ValueError(f"unbind1 must be (B, D) and unbind2 (B, R, D) for memory (B, D, D, D) = "
+                         f"{tuple(memory.shape)}, got {tuple(unbind1.shape)} and {tuple(unbind2.shape)}")
     u = unbind1
     for i in range(unbind2.shape[1]):
         u = torch.einsum("bsrv,bs,br->bv", memory, u, unbind2[:, i])
@@ -232,6 +250,8 @@ def causal_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, e
     masked quadratic form is used (cheaper than the recurrent fast-weight form at the short lengths this
     package trains on; the two are equal, which the tests check).
     """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, ndim=4, dtypes=_FLOATS, finite=False, shape_doc="(B, H, T, d)")
     if q.shape != k.shape or v.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"q and k must be (B, H, T, d) and v (B, H, T, d_v) with the same B, H, T; got "
                          f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}")

@@ -26,6 +26,13 @@ def derivatives(u: torch.Tensor, coords: torch.Tensor, second: bool = False):
 
     ``coords`` must require grad; the graph is kept so the residual can be trained on.
     """
+    if not isinstance(coords, torch.Tensor) or coords.dim() != 2 or coords.shape[1] != 2 or not coords.requires_grad:
+        got = f"shape {tuple(coords.shape)}, requires_grad={coords.requires_grad}" \
+            if isinstance(coords, torch.Tensor) else type(coords).__name__
+        raise ValueError(f"coords must be an (M, 2) tensor of (t, x) that requires grad, got {got}")
+    if not isinstance(u, torch.Tensor) or u.shape != coords.shape[:1]:
+        got = tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__
+        raise ValueError(f"u must be the network's output at coords, shape ({coords.shape[0]},), got {got}")
     grad = torch.autograd.grad(u.sum(), coords, create_graph=True)[0]
     u_t, u_x = grad[:, 0], grad[:, 1]
     if not second:

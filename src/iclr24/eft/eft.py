@@ -43,9 +43,15 @@ __all__ = ["EFTModel", "check_shared_tokenizer", "eft_logprobs", "implicit_rewar
 END_TOKENS = frozenset({"</s>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<eos>"})
 
 
-def _as_tensor(x) -> tuple[torch.Tensor, bool]:
+def _as_tensor(x, name: str = "x") -> tuple[torch.Tensor, bool]:
+    """``x`` as float64 log-probabilities ``(..., vocab)``: NaN and +inf refused (-inf rules a token out)."""
     is_numpy = isinstance(x, np.ndarray)
-    return torch.as_tensor(np.asarray(x) if is_numpy else x).double(), is_numpy
+    t = torch.as_tensor(np.asarray(x) if is_numpy else x).double()
+    if t.dim() == 0 or t.shape[-1] == 0:
+        raise ValueError(f"{name} must be (..., vocab) log-probabilities with vocab >= 1, got shape {tuple(t.shape)}")
+    if bool((t.isnan() | (t == math.inf)).any()):
+        raise ValueError(f"{name} must hold log-probabilities (finite or -inf), found NaN or +inf")
+    return t, is_numpy
 
 
 #: Log-probabilities are read no lower than this (nats), so a token a small model rules out (-inf) gives a
@@ -58,7 +64,7 @@ def implicit_reward(ft, base):
 
     Zero probabilities are read as ``exp(LOGPROB_FLOOR)``: a token both rule out gets reward 0, a token
     only the base rules out a large finite one."""
-    (ft, is_numpy), (base, _) = _as_tensor(ft), _as_tensor(base)
+    (ft, is_numpy), (base, _) = _as_tensor(ft, "ft"), _as_tensor(base, "base")
     if ft.shape != base.shape:
         raise ValueError(f"ft and base must have the same shape, got {tuple(ft.shape)} and {tuple(base.shape)}")
     reward = ft.clamp_min(LOGPROB_FLOOR) - base.clamp_min(LOGPROB_FLOOR)
@@ -116,14 +122,14 @@ def eft_logprobs(base_large, ft_small=None, base_small=None, beta: float = 1.0, 
     True
     """
     beta = _finite("beta", beta)
-    base, is_numpy = _as_tensor(base_large)
+    base, is_numpy = _as_tensor(base_large, "base_large")
     if reward is None:
         if ft_small is None or base_small is None:
             raise ValueError("pass ft_small and base_small, or reward=")
         reward = implicit_reward(ft_small, base_small)
     elif ft_small is not None or base_small is not None:
         raise ValueError("pass either ft_small and base_small, or reward=, not both")
-    reward, _ = _as_tensor(reward)
+    reward, _ = _as_tensor(reward, "reward")
     if reward.shape != base.shape:
         raise ValueError(f"the reward's shape {tuple(reward.shape)} differs from base_large's {tuple(base.shape)}: "
                          f"the models must share a vocabulary")

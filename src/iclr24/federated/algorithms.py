@@ -180,6 +180,10 @@ def mix_state_dicts(states: Sequence[dict[str, Tensor]], weights: Tensor) -> lis
             for i in range(k):
                 out[i][name] = states[i][name]
             continue
+        for i, state in enumerate(states):
+            if state[name].shape != first.shape:
+                raise ValueError(f"states[{i}][{name!r}] has shape {tuple(state[name].shape)}, states[0]'s is "
+                                 f"{tuple(first.shape)}: the clients must share one model")
         stacked = torch.stack([s[name] for s in states]).to(torch.float64)
         mixed = torch.tensordot(weights.to(torch.float64), stacked, dims=1).to(first.dtype)
         for i in range(k):

@@ -15,7 +15,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.holonets.operators import characteristic_operator, check_graph
+from iclr24.holonets.operators import _characteristic_operator, check_graph
 
 __all__ = ["FaberConv", "FaberNet"]
 
@@ -104,8 +104,8 @@ class FaberConv(MessagePassing):
         check_graph(edge_index, x.size(0), edge_weight)
         n = x.size(0)
         ops = {
-            "fwd": characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent),
-            "bwd": characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=True),
+            "fwd": _characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=False),
+            "bwd": _characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=True),
         }
         out = self._linear(self.lin_root, 0, x) if self.lin_root is not None else 0
         iterates = {"fwd": x, "bwd": x}

@@ -54,6 +54,13 @@ def characteristic_operator(
     Returns ``(index, weight)`` such that ``out[index[1]] += weight * x[index[0]]`` computes
     ``T x``: the layout ``torch_geometric``'s ``MessagePassing.propagate`` expects.
     """
+    check_graph(edge_index, num_nodes, edge_weight)
+    return _characteristic_operator(edge_index, num_nodes, edge_weight, exponent=exponent, reverse=reverse)
+
+
+def _characteristic_operator(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None, *, exponent: float,
+                             reverse: bool) -> tuple[Tensor, Tensor]:
+    """:func:`characteristic_operator` for a graph already checked (a layer checks it once per forward)."""
     src, dst = edge_index[0], edge_index[1]
     if reverse:  # A^T: the edge i -> j read as j -> i
         src, dst = dst, src
@@ -82,6 +89,9 @@ def dense_characteristic_operator(
 
 def spectrum(T: Tensor) -> Tensor:
     """Eigenvalues of a (generally non-normal) operator: complex, unsorted."""
+    check_tensor("T", T, ndim=2, shape_doc="(n, n)")
+    if T.shape[0] != T.shape[1]:
+        raise ValueError(f"T must be a square (n, n) matrix, got shape {tuple(T.shape)}")
     return torch.linalg.eigvals(T.double())
 
 
@@ -92,6 +102,8 @@ def faber_response(coefficients: Tensor, eigenvalues: Tensor) -> Tensor:
     result is ``(n_eig, ...)``. A FaberNet branch acts on the eigenvector of ``T`` for ``z`` by
     this factor: the holomorphic functional calculus that replaces a graph Fourier transform.
     """
+    check_tensor("coefficients", coefficients, min_ndim=1, shape_doc="(K, ...)")
+    check_tensor("eigenvalues", eigenvalues, ndim=1, shape_doc="(n_eig,)")
     K = coefficients.shape[0]
     powers = eigenvalues.to(torch.complex128)[:, None] ** torch.arange(1, K + 1)  # (n_eig, K)
     decay = 2.0 ** -torch.arange(K, dtype=torch.float64)

@@ -143,6 +143,22 @@ def exact_attention(
         ``out`` ``(B, n_q, d_v)`` and ``lse`` ``(B, n_q)``, ``lse_i = log sum_j exp(scale q_i.k_j)``;
         both differentiable.
     """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, ndim=3, dtypes=_FLOAT_DTYPES, shape_doc="(B, n, d)")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if q.shape[0] != k.shape[0] or k.shape[0] != v.shape[0] or q.shape[-1] != k.shape[-1] \
+            or k.shape[1] != v.shape[1]:
+        raise ValueError(f"expected q (B, n_q, d), k (B, n_k, d) and v (B, n_k, d_v), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if scale is not None:
+        scale = check_number("scale", scale, minimum=0, exclusive=True)
+    return _exact_attention(q, k, v, causal=causal, scale=scale)
+
+
+def _exact_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                     scale: float | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`exact_attention` on inputs already checked (HyperAttention's recursion calls it on blocks)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if (_HAS_CPU_FLASH and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
             and v.shape[-1] == q.shape[-1]):
@@ -180,6 +196,12 @@ def merge_attention(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> t
     ``lse = log(e^lse1 + e^lse2)`` and ``out = (e^lse1 out1 + e^lse2 out2) / e^lse``: exact,
     so attention over the union is recovered from its parts.
     """
+    for name, out, lse in (("out1", out1, lse1), ("out2", out2, lse2)):
+        if out.dim() < 1 or lse.shape != out.shape[:-1]:
+            raise ValueError(f"{name} must be (..., n, d_v) and its lse (..., n), got {tuple(out.shape)} and "
+                             f"{tuple(lse.shape)}")
+    if out1.shape != out2.shape:
+        raise ValueError(f"out1 and out2 must have the same shape, got {tuple(out1.shape)} and {tuple(out2.shape)}")
     lse = torch.logaddexp(lse1, lse2)
     safe = lse.masked_fill(torch.isinf(lse), 0.0)
     w1 = torch.exp(lse1 - safe).unsqueeze(-1)
@@ -209,6 +231,9 @@ def lsh_bucket_ranks(x: Tensor, projections: Tensor) -> Tensor:
         ``(..., n)`` integer ranks in ``[0, 2^r)``; rows whose ranks differ by one lie in
         buckets whose hashes differ in exactly one bit.
     """
+    if projections.dim() != 2 or x.dim() < 1 or projections.shape[0] != x.shape[-1]:
+        raise ValueError(f"projections must be (d, r) for x (..., n, d), got {tuple(projections.shape)} and x "
+                         f"{tuple(x.shape)}")
     r = projections.shape[-1]
     bits = (x @ projections.to(x.dtype)) > 0  # (..., n, r)
     codes = (bits.long() << torch.arange(r, device=x.device)).sum(-1)
@@ -234,7 +259,7 @@ def _noncausal(
     B, n_q, d = q.shape
     n_k, d_v = k.shape[1], v.shape[-1]
     if n_q < max(cfg.min_seq_len, 1):
-        return exact_attention(q, k, v, scale=scale)
+        return _exact_attention(q, k, v, scale=scale)
     if cfg.block_size == 0:  # ablation: uniform sampling alone, nothing excluded
         index, log_weight = _sample_columns(B, n_k, cfg.sample_size, generator, q.device)
         out, lse = _attend(q @ _gather_rows(k, index).transpose(-1, -2) * scale, _gather_rows(v, index))
@@ -311,7 +336,7 @@ def _causal(
 ) -> tuple[Tensor, Tensor]:
     n = q.shape[1]
     if n < max(cfg.min_seq_len, 2):  # a single query cannot be halved further
-        return exact_attention(q, k, v, causal=True, scale=scale)
+        return _exact_attention(q, k, v, causal=True, scale=scale)
     h = n // 2
     # [ causal(top-left)          0          ]
     # [ noncausal(bottom-left)  causal(bottom-right) ]

@@ -158,6 +158,13 @@ def _midpoint(lo: float, hi: float) -> float:
 
 def build_features(kind: str, X: np.ndarray, kernel, gamma: float, taylor_degree: int = 4) -> SurrogateFeatures:
     """The surrogate map ``kind`` for data ``X`` and the clustering's kernel."""
+    X = np.asarray(X)
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise ValueError(f"X must be a non-empty (n_samples, n_features) array, got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("X must be finite, found NaN/inf entries")
+    if kind != "raw" and not (isinstance(gamma, (int, float, np.floating)) and 0 < gamma < math.inf):
+        raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}")
     d = X.shape[1]
     if kind == "raw":
         return SurrogateFeatures("raw", None, gamma, np.arange(d), np.zeros(d))

@@ -63,6 +63,13 @@ def kernel_kmeans_cost(K: np.ndarray, labels: np.ndarray) -> float:
 
     For a linear kernel this is the k-means cost (squared distances to the cluster means).
     """
+    K, labels = np.asarray(K), np.asarray(labels)
+    if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] == 0:
+        raise ValueError(f"K must be a non-empty square (n, n) kernel matrix, got shape {K.shape}")
+    if labels.shape != (K.shape[0],):
+        raise ValueError(f"labels must hold one cluster label per row of K ({K.shape[0]},), got shape {labels.shape}")
+    if not np.isfinite(K).all():
+        raise ValueError("K must be finite, found NaN/inf entries")
     cost = float(np.trace(K))
     for c in np.unique(labels):
         members = labels == c

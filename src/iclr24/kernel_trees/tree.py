@@ -214,6 +214,11 @@ def best_interval_split(x: np.ndarray, w: np.ndarray, *, max_block: int = 1 << 2
         Points with ``lo < x[coordinate] < hi`` go inside. Costs use prefix sums over each
         coordinate's sorted order, so every contiguous interval is scored in O(k).
     """
+    x, w = np.asarray(x), np.asarray(w)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[0] != w.shape[0]:
+        raise ValueError(f"x must be (m, d) and w (m, k) with one m, got shapes {x.shape} and {w.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(w).all()):
+        raise ValueError("x and w must be finite, found NaN/inf entries")
     m, k = w.shape
     total = w.sum(0)
     base = total.min()

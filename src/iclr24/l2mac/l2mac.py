@@ -72,6 +72,11 @@ _UNCHECKED = CheckResult(True, 0, 0, 0, "All checks passed: the step is complete
 
 def detect_cycle(messages: list[str], lengths=(2, 3, 4)) -> bool:
     """Whether the last ``k`` messages repeat the ``k`` before them, for some ``k`` in ``lengths``."""
+    if isinstance(messages, str):
+        raise TypeError("messages must be a list of messages, got a single string")
+    if isinstance(lengths, int):
+        raise TypeError(f"lengths must be a sequence of cycle lengths, got the int {lengths}")
+    lengths = [check_int(f"lengths[{i}]", k, minimum=1) for i, k in enumerate(lengths)]
     return any(len(messages) >= 2 * k and messages[-k:] == messages[-2 * k:-k] for k in lengths)
 
 

@@ -97,6 +97,8 @@ def tool_call_text(tool: str, **arguments) -> str:
 
 def parse_tool_call(text: str, allowed=STEP_TOOLS) -> ToolCall:
     """The tool call in a model's reply, repaired if needed; :class:`ToolCallError` when there is none."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     candidate = _json_candidate(text)
     if candidate is None:
         raise ToolCallError('no JSON object found; reply with one object {"tool": NAME, "arguments": {...}}')

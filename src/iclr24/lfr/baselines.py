@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from iclr24.core.checks import check_number, check_tensor
 from iclr24.lfr.networks import output_dim
 from iclr24.lfr.training import Phase, SelfSupervised
 
@@ -25,7 +26,20 @@ Augment = Callable[[torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """Normalised-temperature cross-entropy: row i of ``z1`` and of ``z2`` are positives, the other 2n - 2 rows
-    of the pair of batches negatives (SimCLR's loss; SCARF's InfoNCE made symmetric)."""
+    of the pair of batches negatives (SimCLR's loss; SCARF's InfoNCE made symmetric).
+
+    Shapes: ``z1``, ``z2`` ``(n, d)`` with n >= 2 (a row needs a negative); ``temperature`` > 0.
+    """
+    check_number("temperature", temperature, minimum=0.0, exclusive=True)
+    for name, z in (("z1", z1), ("z2", z2)):
+        check_tensor(name, z, ndim=2, dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+                     shape_doc="(n, d)")
+    if z1.shape != z2.shape:
+        raise ValueError(f"z1 and z2 must be paired views of one batch (the same shape), got {tuple(z1.shape)} and "
+                         f"{tuple(z2.shape)}")
+    if len(z1) < 2:
+        raise ValueError(f"nt_xent needs a batch of at least 2 rows (each row's negatives are the others), got "
+                         f"{len(z1)}")
     z = F.normalize(torch.cat([z1, z2]), dim=1)
     logits = z @ z.T / temperature
     logits.fill_diagonal_(-torch.inf)

@@ -101,6 +101,9 @@ def select_diverse(projectors: Sequence[nn.Module], k: int, sample: torch.Tensor
     if method not in DIVERSITY:
         raise ValueError(f"diversity must be one of {DIVERSITY}, got {method!r}")
     if method is None:
+        check_int("k", k, minimum=1)
+        if k > len(projectors):
+            raise ValueError(f"k must be in [1, {len(projectors)}] (the number of projectors), got {k}")
         return list(range(k))
     kernel = projector_kernel(projectors, sample, generator=generator)
     return greedy_dpp(kernel, k) if method == "dpp" else max_min_selection(kernel, k)

@@ -228,6 +228,10 @@ SELF_PLAY_BAR = -1.2  # mean reward per step in self-play (mutual cooperation: -
 
 def is_reciprocal(p: dict[str, float]) -> bool:
     """Tit-for-tat-like: cooperates after CC, defects after DD and mostly after being exploited (CD)."""
+    missing = [s for s in ("CC", "CD", "DD") if s not in p]
+    if missing:
+        raise ValueError(f"p must map the memory-one states to P(cooperate) (memory_one_policy's output), missing "
+                         f"{missing}")
     return p["CC"] >= 0.9 and p["DD"] <= 0.1 and p["CD"] <= 0.4
 
 

@@ -69,6 +69,14 @@ class MoELinear(nn.Module):
     def out_features(self) -> int:
         return self.base_layer.out_features
 
+    def _check_input(self, x: torch.Tensor) -> None:
+        """The wrapped layer's input contract, said at this layer rather than deep inside a matmul."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{type(self).__name__} takes a tensor (*, {self.in_features}), got {type(x).__name__}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"{type(self).__name__} expects inputs (*, in_features={self.in_features}), got shape "
+                             f"{tuple(x.shape)}")
+
     def route(self, h: torch.Tensor) -> torch.Tensor:
         """The merging weights ``(*, E)`` for the tokens ``h`` ``(*, router_features)``."""
         probs = self.router(h)
@@ -130,6 +138,7 @@ class MoVLinear(MoELinear):
         return self.route(h) @ self.mov_scaling
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
         if self.feedforward:
             return self.base_layer(x * self.scale(x))
         h = self.base_layer(x)
@@ -169,6 +178,7 @@ class MoLoRALinear(MoELinear):
         self.router.reset_parameters()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
         E, r = self.num_experts, self.r
         weights = self.route(x)                                       # (*, E)
         ax = F.linear(x, self.lora_A.reshape(E * r, -1))              # (*, E r): every A_e x at once

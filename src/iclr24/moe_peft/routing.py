@@ -12,6 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from iclr24.core import check_int
+from iclr24.core.checks import check_tensor
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 __all__ = ["Router", "keep_top_k", "load_balancing_loss", "routing_mutual_information"]
 
@@ -38,6 +41,9 @@ class Router(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, min_ndim=1, dtypes=_FLOATS, finite=False, shape_doc="(*, in_features)")
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"x must be (*, in_features={self.in_features}), got shape {tuple(x.shape)}")
         dtype = torch.promote_types(x.dtype, torch.float32)
         with torch.autocast(x.device.type, enabled=False):
             logits = F.linear(x.to(dtype), self.weight.to(dtype))
@@ -55,6 +61,7 @@ def keep_top_k(probs: torch.Tensor, k: int) -> torch.Tensor:
     combination of them is the identity), which the unnormalised weights would not.
     """
     check_int("k", k, minimum=1)
+    check_tensor("probs", probs, min_ndim=1, dtypes=_FLOATS, finite=False, shape_doc="(*, num_experts)")
     if k >= probs.shape[-1]:
         return probs
     top = probs.topk(k, dim=-1).indices
@@ -73,6 +80,9 @@ def load_balancing_loss(probs: torch.Tensor, k: int = 1) -> torch.Tensor:
     Shapes:
         probs: ``(*, E)`` full softmax probabilities -> scalar.
     """
+    check_tensor("probs", probs, min_ndim=1, dtypes=_FLOATS, finite=False, shape_doc="(*, num_experts)")
+    if probs.numel() == 0:
+        raise ValueError(f"probs must hold at least one token's probabilities, got shape {tuple(probs.shape)}")
     num_experts = probs.shape[-1]
     if not 1 <= check_int("k", k) <= num_experts:
         raise ValueError(f"k must be in [1, {num_experts}] (the number of experts), got {k}")
@@ -89,6 +99,9 @@ def routing_mutual_information(mean_probs: torch.Tensor, weights: torch.Tensor |
     ``weights`` is ``p(t)``, uniform by default. I(T; E) = H(E) - H(E | T): 0 when every task routes
     alike, up to ``min(log2 T, log2 E)`` when each task has experts of its own.
     """
+    check_tensor("mean_probs", mean_probs, dtypes=_FLOATS, shape_doc="(tasks, experts)")
+    if weights is not None:
+        check_tensor("weights", weights, dtypes=_FLOATS, shape_doc="(tasks,)")
     p_e_given_t = mean_probs.double()
     if p_e_given_t.dim() != 2:
         raise ValueError(f"mean_probs must be (tasks, experts), got shape {tuple(mean_probs.shape)}")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from iclr24.core.checks import check_int
+from iclr24.core.checks import check_int, check_tensor
 
 __all__ = ["FixedNonNegativeOrthogonalClassifier", "LearnableClassifier", "SimplexETFClassifier", "arc_mixup",
            "arc_mixup_loss", "masked_cross_entropy"]
@@ -98,6 +98,14 @@ class LearnableClassifier(nn.Linear):
 def masked_cross_entropy(logits: Tensor, targets: Tensor, classes: Tensor | None = None) -> Tensor:
     """Cross-entropy over only ``classes`` (default: the classes present in ``targets``): the masked
     softmax of continual learning, which never pushes down classes absent from the batch."""
+    check_tensor("logits", logits, min_ndim=1, finite=False)
+    if not isinstance(targets, Tensor) or targets.is_floating_point() or targets.is_complex() \
+            or targets.dtype == torch.bool:
+        got = str(targets.dtype).replace("torch.", "") if isinstance(targets, Tensor) else type(targets).__name__
+        raise TypeError(f"targets must be an integer tensor of class indices, got {got}")
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets must have one class index per row of logits {tuple(logits.shape[:-1])}, got "
+                         f"shape {tuple(targets.shape)}")
     classes = targets.unique() if classes is None else torch.as_tensor(classes, device=logits.device).flatten()
     n = logits.shape[-1]
     if len(classes) and (int(classes.min()) < 0 or int(classes.max()) >= n):
@@ -139,6 +147,14 @@ def arc_mixup_loss(features: Tensor, classifier: FixedNonNegativeOrthogonalClass
                    a: Tensor, *, eps: float = 1e-6) -> Tensor:
     """``-log <f~, m>``: the features masked to the blocks of the batch's classes and L2-normalised, against
     the target ``m = a w_{y_a} + sqrt(1 - a^2) w_{y_b}``."""
+    check_tensor("features", features, ndim=2, shape_doc="(batch, in_features)", finite=False)
+    n = features.shape[0]
+    for name, value in (("y_a", y_a), ("y_b", y_b), ("a", a)):
+        check_tensor(name, value, ndim=1, finite=False)
+        if value.shape[0] != n:
+            raise ValueError(f"{name} must have one entry per row of features ({n}), got shape {tuple(value.shape)}")
+    if not a.is_floating_point() or bool(((a < 0) | (a > 1) | a.isnan()).any()):
+        raise ValueError(f"a must hold mixing weights in [0, 1] (arc_mixup's second output), got {a.tolist()}")
     mask = classifier.feature_mask(torch.cat([y_a, y_b]).unique()).to(features.dtype)
     f = F.normalize(features * mask, dim=-1)
     W = classifier.weight

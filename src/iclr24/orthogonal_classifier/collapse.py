@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from iclr24.core.checks import check_tensor
+
 __all__ = ["class_means", "nc1", "nc2_equiangular", "nc2_equinorm", "nc3_self_duality", "own_block_energy",
            "raw_mean_cosine"]
 
@@ -56,6 +58,10 @@ def nc3_self_duality(features: Tensor, labels: Tensor, weight: Tensor, *, centre
     for zero-mean collapse). ``weight`` has one row per class id (row c for class c); the rows of the classes
     present in ``labels`` are compared."""
     classes, means = class_means(features, labels)
+    weight = check_tensor("weight", torch.as_tensor(weight), ndim=2, shape_doc="(num_classes, d)")
+    if weight.shape[1] != means.shape[1] or weight.shape[0] <= int(classes.max()):
+        raise ValueError(f"weight must be (num_classes > {int(classes.max())}, d={means.shape[1]}): one row per class "
+                         f"id in labels, got shape {tuple(weight.shape)}")
     if centred:
         means = means - features.double().mean(0)
     W = weight.double()[classes]
@@ -74,6 +80,10 @@ def own_block_energy(features: Tensor, labels: Tensor, owner: Tensor) -> float:
     """Mean over classes of the share of ``||mu_c||^2`` on the dimensions class c owns (``owner[d]`` is the
     class of dimension d, as :class:`FixedNonNegativeOrthogonalClassifier` has it)."""
     classes, means = class_means(features, labels)
+    owner = torch.as_tensor(owner)
+    if owner.shape != means.shape[1:]:
+        raise ValueError(f"owner must hold one class id per feature dimension ({means.shape[1]},), got shape "
+                         f"{tuple(owner.shape)}")
     shares = [float((mu[owner == c] ** 2).sum() / (mu ** 2).sum().clamp_min(1e-30)) for c, mu in zip(classes, means)]
     return sum(shares) / len(shares)
 
@@ -88,6 +98,12 @@ def _check(features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     if features.dim() != 2 or labels.shape != features.shape[:1]:
         raise ValueError(f"features must be (n, d) and labels (n,), got {tuple(features.shape)} and "
                          f"{tuple(labels.shape)}")
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise TypeError(f"labels must be integer class indices, got dtype {str(labels.dtype).replace('torch.', '')}")
+    if len(labels) and int(labels.min()) < 0:
+        raise ValueError(f"labels must be class indices >= 0, got {int(labels.min())}")
+    if not bool(torch.isfinite(features).all()):
+        raise ValueError(f"features must be finite, found {int((~torch.isfinite(features)).sum())} NaN/inf entries")
     if len(labels.unique()) < 2:
         raise ValueError("neural-collapse metrics need at least two classes in labels")
     return features, labels

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from iclr24.core.checks import check_int, check_number, check_tensor
+
 __all__ = ["TRAINING_KINDS", "ibp_logit_bounds", "make_mlp", "pgd_attack", "train"]
 
 TRAINING_KINDS = ("standard", "pgd", "ibp")
@@ -13,6 +15,10 @@ TRAINING_KINDS = ("standard", "pgd", "ibp")
 
 def make_mlp(n_inputs: int = 64, hidden: tuple[int, ...] = (64, 64, 32), n_classes: int = 10) -> nn.Sequential:
     """A ReLU MLP as an ``nn.Sequential`` the verifiers read."""
+    check_int("n_inputs", n_inputs, minimum=1)
+    check_int("n_classes", n_classes, minimum=2)
+    for i, h in enumerate(hidden):
+        check_int(f"hidden[{i}]", h, minimum=1)
     layers, width = [], n_inputs
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
@@ -22,6 +28,15 @@ def make_mlp(n_inputs: int = 64, hidden: tuple[int, ...] = (64, 64, 32), n_class
 
 def pgd_attack(model: nn.Module, x: Tensor, y: Tensor, eps: float, steps: int = 10, clip=(0.0, 1.0)) -> Tensor:
     """L-inf PGD (Madry et al.) from a random start, step ``eps / 4``; inputs stay in ``clip``."""
+    eps = check_number("eps", eps, minimum=0.0, exclusive=True)
+    check_int("steps", steps, minimum=0)
+    check_tensor("x", x, min_ndim=1, dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+                 finite=False)
+    if not isinstance(y, Tensor) or y.is_floating_point() or y.dtype == torch.bool:
+        got = str(y.dtype).replace("torch.", "") if isinstance(y, Tensor) else type(y).__name__
+        raise TypeError(f"y must be an integer tensor of class indices, got {got}")
+    if y.shape != x.shape[:1]:
+        raise ValueError(f"y must hold one class index per row of x ({x.shape[0]},), got shape {tuple(y.shape)}")
     step = eps / 4
     delta = (torch.rand_like(x) * 2 - 1) * eps
     for _ in range(steps):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from iclr24.core.checks import check_number, check_tensor
+from iclr24.core.checks import check_int, check_number, check_tensor
 
 __all__ = ["AffineNet", "VerificationResult", "as_affine_net", "spec_matrix", "verify"]
 
@@ -106,11 +106,23 @@ def _dense(layer: nn.Module, shape: tuple[int, ...]) -> tuple[Tensor, Tensor, tu
 
 def spec_matrix(label: int, n_classes: int) -> Tensor:
     """``C`` with rows ``e_label - e_j`` for ``j != label`` in class order: ``C y`` are the margins."""
+    n_classes = check_int("n_classes", _as_int(n_classes), minimum=2)
+    label = check_int("label", _as_int(label), minimum=0)
+    if label >= n_classes:
+        raise ValueError(f"label must be in [0, {n_classes - 1}] (n_classes={n_classes}), got {label}")
     others = [j for j in range(n_classes) if j != label]
     C = torch.zeros(len(others), n_classes, dtype=torch.float64)
     C[:, label] = 1.0
     C[torch.arange(len(others)), others] = -1.0
     return C
+
+
+def _as_int(value):
+    """numpy and one-element integer tensors as a Python int (others unchanged, for check_int to refuse)."""
+    try:
+        return value if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        return value
 
 
 @dataclass
@@ -246,6 +258,9 @@ def verify(model, x: Tensor, eps: float, label: int, method: str = "crown", *, c
     elif method == "deepz":
         bounds, element = _deepz(net, x_lo, x_hi)
     else:
+        if len(net.weights) < 2:
+            raise ValueError("method='crown' needs a model with at least one hidden ReLU layer, got a single affine "
+                             "layer (its bounds are exact: use method='ibp')")
         bounds = _crown_layer_bounds(net, x_lo, x_hi)
         element = _Crown(net, bounds, x_lo, x_hi)
     lower = element.bound(W_spec, b_spec)

@@ -106,6 +106,10 @@ class SparseAutoencoder(nn.Module):
         return codes @ self.W_dec + self.b_dec
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        check_tensor("x", x, min_ndim=1, dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+                     finite=False)
+        if x.shape[-1] != self.d_in:
+            raise ValueError(f"x must be (..., d_in={self.d_in}), got shape {tuple(x.shape)}")
         codes = self.encode(x)
         return self.decode(codes), codes
 

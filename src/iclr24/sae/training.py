@@ -148,20 +148,42 @@ def _resample(sae: SparseAutoencoder, opt: torch.optim.Optimizer, batch: Tensor,
 
 def fvu(x: Tensor, reconstruction: Tensor) -> float:
     """Fraction of variance unexplained: ``||x - x^||^2 / ||x - mean(x)||^2``."""
+    check_tensor("x", x, min_ndim=1, dtypes=_FLOATS, shape_doc="(n, ...)")
+    check_tensor("reconstruction", reconstruction, dtypes=_FLOATS)
+    if reconstruction.shape != x.shape:
+        raise ValueError(f"reconstruction must have x's shape {tuple(x.shape)}, got {tuple(reconstruction.shape)}")
+    if x.shape[0] < 2:
+        raise ValueError(f"x must hold at least 2 rows (a variance), got shape {tuple(x.shape)}")
     return float((x - reconstruction).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
 
 
 def l0(codes: Tensor) -> float:
     """Mean number of active latents per input."""
+    _check_codes(codes)
     return float((codes > 0).float().sum(-1).mean())
 
 
 def dead_latents(codes: Tensor) -> int:
     """Latents never active on these inputs."""
+    _check_codes(codes)
     return int(((codes > 0).sum(0) == 0).sum())
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_codes(codes: Tensor) -> None:
+    check_tensor("codes", codes, min_ndim=2, shape_doc="(n, d_sae)")
+    if codes.shape[0] == 0:
+        raise ValueError(f"codes must hold at least one input, got shape {tuple(codes.shape)}")
+
+
 def _cosines(learned: Tensor, truth: Tensor) -> Tensor:
+    check_tensor("learned", learned, ndim=2, dtypes=_FLOATS, shape_doc="(n_atoms, d)")
+    check_tensor("truth", truth, ndim=2, dtypes=_FLOATS, shape_doc="(n_features, d)")
+    if learned.shape[1] != truth.shape[1] or not len(learned) or not len(truth):
+        raise ValueError(f"learned and truth must be non-empty (n, d) with one d, got {tuple(learned.shape)} and "
+                         f"{tuple(truth.shape)}")
     a = torch.nn.functional.normalize(learned.double(), dim=-1)
     b = torch.nn.functional.normalize(truth.double(), dim=-1)
     return b @ a.T  # (n_true, n_learned)
@@ -254,6 +276,11 @@ def toy_superposition(n_samples: int, d: int = 64, n_features: int = 128, active
     Feature i is on with probability proportional to ``decay^i`` (``active`` on average),
     with strength uniform in (0, 1). Returns ``(data (n, d), true_features (n_features, d))``.
     """
+    check_int("n_samples", n_samples, minimum=1)
+    check_int("d", d, minimum=1)
+    check_int("n_features", n_features, minimum=1)
+    check_number("active", active, minimum=0.0, exclusive=True)
+    check_number("decay", decay, minimum=0.0, exclusive=True)
     g = torch.Generator().manual_seed(seed)
     truth = torch.nn.functional.normalize(torch.randn(n_features, d, generator=g), dim=-1)
     p = decay ** torch.arange(n_features, dtype=torch.float64)

@@ -88,6 +88,8 @@ def parse_triples(text: str) -> list[Triple]:
     [Triple(subject='Velmora', predicate='was founded in', object='1642'), \
 Triple(subject='Velmora', predicate='was founded by', object='fishermen')]
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     seen, out = set(), []
     for subject, predicate, obj in _TRIPLE.findall(text):
         triple = Triple(subject.strip(), predicate.strip(), obj.strip().rstrip("."))
@@ -129,6 +131,8 @@ def rule_based_triple(sentence: str) -> Triple | None:
     >>> rule_based_triple("Lanner has never been to space.")
     Triple(subject='Lanner', predicate='has never been to', object='space')
     """
+    if not isinstance(sentence, str):
+        raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
     words = sentence.strip().rstrip(".!?").split()
     lower = [w.lower().strip(",;:") for w in words]
     for i in range(1, len(words)):

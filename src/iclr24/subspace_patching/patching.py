@@ -23,9 +23,12 @@ from iclr24.core.checks import check_tensor
 __all__ = ["fldd", "interchange_accuracy", "patch_direction", "patch_subspace", "rowspace_nullspace_split"]
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def _check_pair(base: Tensor, source: Tensor) -> None:
-    check_tensor("base", base, min_ndim=1)
-    check_tensor("source", source, min_ndim=1)
+    check_tensor("base", base, min_ndim=1, dtypes=_FLOATS)
+    check_tensor("source", source, min_ndim=1, dtypes=_FLOATS)
     if base.shape != source.shape:
         raise ValueError(f"source must have base's shape {tuple(base.shape)}, got {tuple(source.shape)}")
 
@@ -89,7 +92,13 @@ def fldd(ld_patched: Tensor, ld_clean: Tensor) -> float:
     """Fractional logit difference decrease, in %: ``100 (1 - mean LD_patched / mean LD_clean)``.
 
     0: the patch did nothing; 100: it erased the logit difference; above 100: the answer flipped.
+    Shapes: ``ld_patched``, ``ld_clean`` ``(prompts,)``, paired by prompt.
     """
+    _check_logit_differences("ld_patched", ld_patched)
+    _check_logit_differences("ld_clean", ld_clean)
+    if ld_patched.shape != ld_clean.shape:
+        raise ValueError(f"ld_patched and ld_clean must be paired by prompt (the same shape), got "
+                         f"{tuple(ld_patched.shape)} and {tuple(ld_clean.shape)}")
     clean = float(ld_clean.mean())
     if clean == 0:
         raise ValueError("the clean logit difference is 0: FLDD is undefined")
@@ -98,4 +107,11 @@ def fldd(ld_patched: Tensor, ld_clean: Tensor) -> float:
 
 def interchange_accuracy(ld_patched: Tensor) -> float:
     """Fraction of prompts where the patch made the model prefer the source's answer (LD < 0)."""
+    _check_logit_differences("ld_patched", ld_patched)
     return float((ld_patched < 0).float().mean())
+
+
+def _check_logit_differences(name: str, values: Tensor) -> None:
+    check_tensor(name, values, ndim=1, dtypes=_FLOATS, shape_doc="(prompts,)")
+    if values.numel() == 0:
+        raise ValueError(f"{name} is empty: one logit difference per prompt is needed")

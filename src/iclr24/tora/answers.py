@@ -27,6 +27,8 @@ import signal
 import threading
 from fractions import Fraction
 
+from iclr24.core.checks import check_number
+
 __all__ = ["extract_answer", "find_boxed", "is_equivalent", "latex_to_sympy", "normalize_answer", "to_number"]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
@@ -34,6 +36,8 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 
 def find_boxed(text: str) -> str | None:
     """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed 5``), braces matched; None if absent."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if start < 0:
         return None
@@ -190,6 +194,7 @@ def is_equivalent(prediction: str | None, reference: str, *, rel_tol: float = 1e
     """
     if mode not in ("strict", "official"):
         raise ValueError(f"mode must be 'strict' or 'official', got {mode!r}")
+    check_number("rel_tol", rel_tol, minimum=0.0)
     if prediction is None:
         return False
     if max(len(str(prediction)), len(str(reference))) > MAX_ANSWER_CHARS:

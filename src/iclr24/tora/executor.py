@@ -54,6 +54,10 @@ def truncate_output(text: str, limit: int = 100, keep: int = 50) -> str:
     >>> truncate_output("x" * 60 + "y" * 60)[48:55]
     'xx...yy'
     """
+    check_int("limit", limit, minimum=0)
+    check_int("keep", keep, minimum=0)
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     return text if len(text) <= limit else f"{text[:keep]}...{text[-keep:]}"
 
 

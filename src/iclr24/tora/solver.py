@@ -314,6 +314,8 @@ def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
     >>> majority_vote(["1/2", "0.5", "3", None])
     ('1/2', 2)
     """
+    if isinstance(answers, str):
+        raise TypeError("answers must be a sequence of answers (str or None), got a single string")
     groups: list[list[str]] = []
     for answer in answers:
         if answer is None:
