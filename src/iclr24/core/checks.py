@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["check_finite", "check_int", "check_number", "check_tensor"]
+__all__ = ["check_finite", "check_int", "check_number", "check_same_shape", "check_tensor"]
 
 
 def check_int(
@@ -80,3 +80,21 @@ def check_tensor(
     if finite:
         check_finite(name, x)
     return x
+
+
+def check_same_shape(shape_doc: str, *, ndim: int | None = None, min_ndim: int | None = None,
+                     **tensors: Any) -> None:
+    """Tensors that must share one shape (e.g. a rollout's ``(T, B)`` rewards and log-probabilities): each is
+    checked with :func:`check_tensor` (NaN allowed), then their shapes against each other."""
+    for name, x in tensors.items():
+        check_tensor(name, x, ndim=ndim, min_ndim=min_ndim, finite=False, shape_doc=shape_doc)
+    shapes = {name: tuple(x.shape) for name, x in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"{_listed(shapes)} must share one {shape_doc} shape, got "
+                         f"{_listed([str(s) for s in shapes.values()])}")
+
+
+def _listed(items) -> str:
+    """``"a, b and c"``."""
+    items = list(items)
+    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else "".join(items)

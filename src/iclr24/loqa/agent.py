@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from iclr24.core.checks import check_int, check_number, check_tensor
+from iclr24.core.checks import check_int, check_number, check_same_shape
 
 __all__ = ["LOQA", "MemoryOnePolicy", "MLPCritic", "MLPPolicy", "Rollout", "TabularCritic", "loaded_dice_returns",
            "magic_box"]
@@ -152,11 +152,7 @@ def loaded_dice_returns(opp_rewards: Tensor, opp_values: Tensor, own_logps: Tens
     """
     gamma = check_number("gamma", gamma, minimum=0.0, maximum=1.0)
     dice_lambda = check_number("dice_lambda", dice_lambda, minimum=0.0, maximum=1.0)
-    for name, x in (("opp_rewards", opp_rewards), ("opp_values", opp_values), ("own_logps", own_logps)):
-        check_tensor(name, x, min_ndim=1, finite=False, shape_doc="(T, B)")
-        if x.shape != opp_rewards.shape:
-            raise ValueError(f"opp_rewards, opp_values and own_logps must share one (T, B) shape, got "
-                             f"{tuple(opp_rewards.shape)}, {tuple(opp_values.shape)} and {tuple(own_logps.shape)}")
+    check_same_shape("(T, B)", min_ndim=1, opp_rewards=opp_rewards, opp_values=opp_values, own_logps=own_logps)
     cumulative = torch.cumsum(own_logps, 0)
     boxed = magic_box(torch.cat([torch.zeros_like(cumulative[:1]), cumulative]))
     dice = boxed[1:] - boxed[:-1]

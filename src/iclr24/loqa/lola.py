@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from iclr24.core.checks import check_int, check_number, check_tensor
+from iclr24.core.checks import check_int, check_number, check_same_shape
 from iclr24.loqa.agent import Rollout, magic_box, memory_one_state
 from iclr24.loqa.envs import IteratedPrisonersDilemma
 from iclr24.loqa.training import IPDHistory, memory_one_policy, play
@@ -65,11 +65,7 @@ def dice_objective(logps_self: Tensor, logps_other: Tensor, rewards: Tensor, gam
     order are the score-function estimators; with the DiCE baseline ``(1 - MB(log pi_t)) b_t``
     (``b_t`` the batch mean of the discounted reward) to reduce variance."""
     gamma = check_number("gamma", gamma, minimum=0.0, maximum=1.0)
-    for name, x in (("logps_self", logps_self), ("logps_other", logps_other), ("rewards", rewards)):
-        check_tensor(name, x, ndim=2, finite=False, shape_doc="(T, B)")
-        if x.shape != rewards.shape:
-            raise ValueError(f"logps_self, logps_other and rewards must share one (T, B) shape, got "
-                             f"{tuple(logps_self.shape)}, {tuple(logps_other.shape)} and {tuple(rewards.shape)}")
+    check_same_shape("(T, B)", ndim=2, logps_self=logps_self, logps_other=logps_other, rewards=rewards)
     discount = gamma ** torch.arange(rewards.size(0), dtype=rewards.dtype).unsqueeze(-1)
     dependencies = torch.cumsum(logps_self + logps_other, 0)
     discounted = discount * rewards
