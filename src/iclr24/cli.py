@@ -80,7 +80,8 @@ def _latest_summary(record: RunRecord | None) -> str:
     r = record.result
     if r.get("status") != "ok":
         return f"failed ({r.get('preset')}, {record.run_dir.name})"
-    return f"{tally(claim_verdict(c) for c in r.get('claims', []))} ({r.get('preset')}, {record.run_dir.name})"
+    return (f"{tally(claim_verdict(c) for c in r.get('claims', []))} ({r.get('preset')}, "
+            f"{r.get('wall_time_s', 0):.0f} s, {record.run_dir.name})")
 
 
 @app.command("run")

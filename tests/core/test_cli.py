@@ -17,6 +17,16 @@ def test_list_shows_registered_methods(toys, tmp_path):
     assert result.exit_code == 0 and "hyperattention" in result.output and "toy" in result.output
 
 
+def test_list_shows_each_latest_run_time_and_verdicts(toys, tmp_path):
+    from iclr24.cli import _latest_summary
+    from iclr24.core import run
+
+    record = run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
+    summary = _latest_summary(record)
+    assert summary.startswith("1 hold, 0 fail, 0 inconclusive, 0 not run (smoke, ")
+    assert f"{record.result['wall_time_s']:.0f} s, {record.run_dir.name})" in summary
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
