@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import tempfile
 import time
 
 from iclr24.core import list_experiments
 from iclr24.core.executors import Job, run_jobs
-
-
-def cpu_seconds() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+from iclr24.core.runner import cpu_seconds
 
 
 def run_all(jobs: list[Job], processes: int) -> tuple[dict[str, tuple[float, float]], float, float]:

@@ -21,7 +21,7 @@ from iclr24.core.evidence import tally
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
 from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
 from iclr24.core.report import build_report, claim_verdict
-from iclr24.core.runner import RunRecord, latest_run
+from iclr24.core.runner import RunRecord, latest_run, sandbox_isolation
 from iclr24.core.seeds import latest_seed_group, parse_seeds, write_seed_group
 
 app = typer.Typer(
@@ -178,7 +178,7 @@ def run_command(
                           f"unfinished run leaves nothing behind")
         raise typer.Exit(130) from None
     failed = [record for record in records if not record.ok]
-    isolation = os.environ.get("ICLR24_SANDBOX") or "strong"
+    isolation = sandbox_isolation()
     console.print(f"claims: {_closing_tally(records, out, len(seed_list) > 1)}"
                   + (f"; {len(failed)} of {len(records)} runs failed" if failed else "")
                   + ("; generated code ran with WEAK isolation (ICLR24_SANDBOX=weak): the host was in its reach"

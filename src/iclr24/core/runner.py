@@ -52,8 +52,8 @@ from iclr24.core.experiment import Experiment, Result, RunContext, get_experimen
 from iclr24.core.io import write_json_atomic
 from iclr24.core.progress import set_quiet
 
-__all__ = ["RunInterrupted", "RunRecord", "environment", "latest_run", "latest_runs", "load_run", "run",
-           "seed_everything"]
+__all__ = ["RunInterrupted", "RunRecord", "cpu_seconds", "environment", "latest_run", "latest_runs", "load_run", "run",
+           "sandbox_isolation", "seed_everything"]
 
 # 2: claims carry a verdict and its evidence; results carry sanity checks.
 RESULT_SCHEMA = 2
@@ -108,7 +108,7 @@ def environment() -> dict[str, Any]:
         "git_commit": _git_commit(),
         "argv": list(sys.argv),
         # How generated code (ToRA's, L2MAC's programs) is contained: iclr24.sandbox reads the same variable.
-        "sandbox_isolation": os.environ.get("ICLR24_SANDBOX") or "strong",
+        "sandbox_isolation": sandbox_isolation(),
     }
 
 
@@ -213,7 +213,7 @@ def _execute(exp: Experiment, cfg: Any, seed: int, preset: str, quiet: bool, tmp
     seed_everything(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     log(f"start: preset={preset} seed={seed} config={cfg}")
-    t0, cpu0 = time.perf_counter(), _cpu_seconds()
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
     try:
         result = exp(cfg, RunContext(seed=seed, preset=preset, run_dir=tmp, quiet=quiet, _log=log))
         if not isinstance(result, Result):
@@ -232,7 +232,7 @@ def _execute(exp: Experiment, cfg: Any, seed: int, preset: str, quiet: bool, tmp
         failed_checks = [c.statement for c in result.checks if not c.passed]
         log(f"done in {wall:.1f}s: {tally(c.verdict for c in result.claims)}"
             + (f"; sanity checks FAILED: {failed_checks}" if failed_checks else ""))
-        return {**header, "status": "ok", "wall_time_s": wall, "cpu_time_s": _cpu_seconds() - cpu0,
+        return {**header, "status": "ok", "wall_time_s": wall, "cpu_time_s": cpu_seconds() - cpu0,
                 "metrics": result.metrics,
                 "timings": result.timings, "claims": [c.to_dict() for c in result.claims],
                 "checks": [c.to_dict() for c in result.checks],
@@ -301,7 +301,13 @@ def _publish(tmp: Path, parent: Path, stamp: str) -> Path:
         return candidate
 
 
-def _cpu_seconds() -> float:
+def sandbox_isolation() -> str:
+    """How generated code is contained in this run: ``$ICLR24_SANDBOX`` (iclr24.sandbox reads the same), else
+    ``"strong"``."""
+    return os.environ.get("ICLR24_SANDBOX") or "strong"
+
+
+def cpu_seconds() -> float:
     """CPU seconds of this process (every thread) and of the children it has waited for (sandboxed programs)."""
     import resource
 
