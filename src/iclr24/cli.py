@@ -21,7 +21,7 @@ from iclr24.core.evidence import tally
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
 from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
 from iclr24.core.report import build_report, claim_verdict
-from iclr24.core.runner import RunRecord, latest_run, sandbox_isolation
+from iclr24.core.runner import RunRecord, latest_run, run_time, sandbox_isolation
 from iclr24.core.seeds import latest_seed_group, parse_seeds, write_seed_group
 
 app = typer.Typer(
@@ -64,13 +64,17 @@ def _resolve(name: str) -> list[Experiment]:
 def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders.")) -> None:
     """List the methods, their papers and claims, and the latest result of each."""
     table = Table(show_lines=True)
-    for column in ("method", "paper", "claims checked (latest verdict)", "latest run"):
+    for column in ("method", "paper", "claims checked (latest verdict)", "latest run; quick preset's time"):
         table.add_column(column)
     for exp in list_experiments():
         record = latest_run(runs, exp.name)
         verdicts = {c["statement"]: claim_verdict(c) for c in record.result.get("claims", [])} if record else {}
         claims = "\n".join(f"- {c}" + (f": {_styled(verdicts[c])}" if c in verdicts else "") for c in exp.claims)
-        table.add_row(exp.name, exp.paper, claims, _latest_summary(record))
+        quick = latest_run(runs, exp.name, preset="quick")
+        latest = _latest_summary(record)
+        if record is not None and (quick is None or quick.run_dir != record.run_dir):  # the quick time, too
+            latest += f"\nquick: {run_time(quick.result)}" if quick else "\nquick: not run"
+        table.add_row(exp.name, exp.paper, claims, latest)
     console.print(table)
 
 
@@ -80,8 +84,8 @@ def _latest_summary(record: RunRecord | None) -> str:
     r = record.result
     if r.get("status") != "ok":
         return f"failed ({r.get('preset')}, {record.run_dir.name})"
-    return (f"{tally(claim_verdict(c) for c in r.get('claims', []))} ({r.get('preset')}, "
-            f"{r.get('wall_time_s', 0):.0f} s, {record.run_dir.name})")
+    verdicts = tally(claim_verdict(c) for c in r.get("claims", []))
+    return f"{verdicts} ({r.get('preset')}, {run_time(r)}; {record.run_dir.name})"
 
 
 @app.command("run")

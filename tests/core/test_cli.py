@@ -24,7 +24,28 @@ def test_list_shows_each_latest_run_time_and_verdicts(toys, tmp_path):
     record = run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
     summary = _latest_summary(record)
     assert summary.startswith("1 hold, 0 fail, 0 inconclusive, 0 not run (smoke, ")
-    assert f"{record.result['wall_time_s']:.0f} s, {record.run_dir.name})" in summary
+    r = record.result
+    assert f"{r['wall_time_s']:.0f} s (CPU {r['cpu_time_s']:.0f} s); {record.run_dir.name})" in summary
+
+
+def test_list_shows_the_latest_quick_run_time_beside_the_latest_run(toys, tmp_path):
+    from iclr24.core import run
+
+    quick = run("toy", preset="quick", runs_dir=tmp_path, quiet=True)
+    run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)  # newer, but not the quick preset
+    result = runner.invoke(cli.app, ["list", "--runs", str(tmp_path)], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    r = quick.result
+    assert f"quick: {r['wall_time_s']:.0f} s (CPU {r['cpu_time_s']:.0f} s)" in result.output
+
+
+def test_a_run_time_names_a_quick_preset_past_its_budget():
+    from iclr24.core.runner import run_time
+
+    assert run_time({"wall_time_s": 158.4, "cpu_time_s": 150.2, "preset": "quick"}) == "158 s (CPU 150 s)"
+    assert run_time({"wall_time_s": 181, "preset": "quick"}) == "181 s, over the 180 s budget"
+    assert run_time({"wall_time_s": 500, "cpu_time_s": 1, "preset": "paper"}) == "500 s (CPU 1 s)"
+    assert run_time({}) == ""
 
 
 @pytest.mark.parametrize(

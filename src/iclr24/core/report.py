@@ -17,7 +17,7 @@ from typing import Any
 
 from iclr24.core.evidence import VERDICTS, tally
 from iclr24.core.io import write_bytes_atomic, write_text_atomic
-from iclr24.core.runner import RunRecord, latest_runs
+from iclr24.core.runner import RunRecord, latest_runs, run_time
 from iclr24.core.seeds import latest_seed_group
 
 __all__ = ["build_report", "claim_verdict"]
@@ -90,7 +90,7 @@ def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[
                          "time": ""})
             continue
         r = record.result
-        time_s = f"{r.get('wall_time_s', 0):.0f}s ({r.get('preset', '?')})"
+        time_s = f"{run_time(r)}, {r.get('preset', '?')}"
         if r.get("status") != "ok":
             rows.append({**blank, "method": name, "paper": r.get("paper", ""), "claim": "run failed",
                          "measured": r.get("error", ""), "verdict": "run failed", "time": time_s})
@@ -208,7 +208,7 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
     r = record.result
     out.append(
         f"<p><b>{e(r.get('paper', ''))}</b><br><span class='env'>run {e(record.run_dir.name)}, preset "
-        f"{e(r.get('preset', ''))}, seed {e(str(r.get('seed', '')))}, {r.get('wall_time_s', 0):.1f}s; "
+        f"{e(r.get('preset', ''))}, seed {e(str(r.get('seed', '')))}, {e(run_time(r))}; "
         f"{e(_env_line(env))}</span></p>"
     )
     if r.get("status") != "ok":

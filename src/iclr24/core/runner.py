@@ -48,12 +48,12 @@ import numpy as np
 import torch
 
 from iclr24.core.evidence import forest_plot, tally
-from iclr24.core.experiment import Experiment, Result, RunContext, get_experiment
+from iclr24.core.experiment import QUICK_BUDGET_S, Experiment, Result, RunContext, get_experiment
 from iclr24.core.io import write_json_atomic
 from iclr24.core.progress import set_quiet
 
 __all__ = ["RunInterrupted", "RunRecord", "cpu_seconds", "environment", "latest_run", "latest_runs", "load_run", "run",
-           "sandbox_isolation", "seed_everything"]
+           "run_time", "sandbox_isolation", "seed_everything"]
 
 # 2: claims carry a verdict and its evidence; results carry sanity checks.
 RESULT_SCHEMA = 2
@@ -352,18 +352,32 @@ def load_run(run_dir: str | os.PathLike) -> RunRecord:
         raise ValueError(f"cannot read run result {path}: {type(err).__name__}: {err}") from None
 
 
-def latest_run(runs_dir: str | os.PathLike, name: str) -> RunRecord | None:
-    """The most recent completed run of ``name`` under ``runs_dir``, or None."""
+def latest_run(runs_dir: str | os.PathLike, name: str, preset: str | None = None) -> RunRecord | None:
+    """The most recent completed run of ``name`` under ``runs_dir`` (of ``preset``, if given), or None."""
     parent = Path(runs_dir) / name
     if not parent.is_dir():
         return None
     done = [d for d in parent.iterdir() if not d.name.startswith(".") and (d / "result.json").is_file()]
     for run_dir in sorted(done, key=_run_sort_key, reverse=True):
         try:
-            return load_run(run_dir)
+            record = load_run(run_dir)
         except ValueError as err:  # a damaged run does not hide the ones before it
             warnings.warn(f"skipping {err}", stacklevel=2)
+            continue
+        if preset is None or record.result.get("preset") == preset:
+            return record
     return None
+
+
+def run_time(result: Mapping[str, Any]) -> str:
+    """A run's cost as people read it, ``"158 s (CPU 156 s)"``; a quick run past its budget says so."""
+    wall, cpu = result.get("wall_time_s"), result.get("cpu_time_s")
+    if wall is None:
+        return ""
+    text = f"{wall:.0f} s" + (f" (CPU {cpu:.0f} s)" if cpu is not None else "")
+    if result.get("preset") == "quick" and wall > QUICK_BUDGET_S:
+        text += f", over the {QUICK_BUDGET_S:.0f} s budget"
+    return text
 
 
 def latest_runs(runs_dir: str | os.PathLike) -> dict[str, RunRecord]:
