@@ -454,7 +454,7 @@ def test_openai_backend_has_a_total_deadline_for_a_trickled_body(faulty):
     start = time.perf_counter()
     with pytest.raises(TimeoutError, match="within the 1.5 s deadline"):
         model.generate("x")
-    assert time.perf_counter() - start < 3
+    assert time.perf_counter() - start < 5  # well past the 1.5 s deadline for a loaded machine, short of the 6 s body
     with pytest.raises(ValueError, match="deadline must be a positive"):
         get_model("openai", model="m", base_url=faulty, deadline=0)
 
