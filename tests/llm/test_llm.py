@@ -424,6 +424,50 @@ def test_openai_backend_refuses_invalid_responses_naming_the_server(faulty, repl
     assert faulty.rsplit("/v1", 1)[0] in str(info.value)
 
 
+def test_a_stop_string_sent_back_is_cut_with_the_tokens_past_it(faulty):
+    tokens, values = ["a", " b", " STOP", " c"], [-0.1, -0.2, -0.3, -0.4]
+    _Faulty.reply = _completion([{**_text_choice("a b STOP c"), "finish_reason": "length",
+                                  "logprobs": {"tokens": tokens, "token_logprobs": values}}])
+    model = get_model("openai", model="m", base_url=faulty, max_retries=0)
+    cut, = model.generate("x", stop=["ST", "\n"], logprobs=True)
+    assert (cut.text, cut.finish_reason, cut.tokens, cut.logprobs) == ("a b ", "stop", ("a", " b"), (-0.1, -0.2))
+    assert cut.completion_tokens == 2
+    whole, = model.generate("x", stop=["zzz"], logprobs=True)
+    assert (whole.text, whole.finish_reason, whole.tokens) == ("a b STOP c", "length", tuple(tokens))
+
+
+def test_more_choices_than_n_are_refused_and_fewer_are_topped_up_one_request_each(faulty):
+    from iclr24.llm.openai_backend import ResponseError
+
+    _Faulty.reply = _completion([_text_choice("one")], usage={"prompt_tokens": 1, "completion_tokens": 1})
+    model = get_model("openai", model="m", base_url=faulty, max_retries=0)
+    assert [c.text for c in model.generate("x", n=3, seed=5)] == ["one"] * 3
+    _Faulty.reply = _completion([_text_choice("a"), _text_choice("b")])
+    with pytest.raises(ResponseError, match="2 choices for n=1"):
+        model.generate("x")
+
+
+class _OneChoiceOnly(JSONHandler):
+    """Refuses n > 1 with a 400, as llama.cpp's server does; records the seeds it was sent."""
+
+    seeds: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("n", 1) != 1:
+            return self._send(400, {"error": {"message": "Only one completion choice is allowed"}})
+        _OneChoiceOnly.seeds.append(body.get("seed"))
+        self._send(200, _completion([_text_choice(f"seed {body.get('seed')}")]))
+
+
+def test_a_server_refusing_n_gets_one_request_per_choice_with_successive_seeds():
+    _OneChoiceOnly.seeds = []
+    with serving(_OneChoiceOnly) as url:
+        model = get_model("openai", model="m", base_url=url, max_retries=0)
+        assert [c.text for c in model.generate("x", n=3, seed=10)] == ["seed 10", "seed 11", "seed 12"]
+        assert _OneChoiceOnly.seeds == [10, 11, 12]
+
+
 def test_openai_backend_keeps_a_valid_completion_without_usage(faulty):
     _Faulty.reply = _completion([_text_choice("fine")], usage=None)
     completion, = get_model("openai", model="m", base_url=faulty, max_retries=0).generate("x")

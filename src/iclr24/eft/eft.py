@@ -33,6 +33,7 @@ from iclr24.llm.base import (
     check_generate_args,
     decode_tokens,
     format_chat,
+    require_logprobs,
     sample_token,
     with_system,
 )
@@ -170,6 +171,9 @@ class EFTModel:
         elif not all(callable(getattr(m, "next_token_top_logprobs", None)) for m in self.components):
             raise ValueError("EFT needs each model's next-token distribution: full logits (a local backend) or "
                              "top-k log-probabilities (the openai backend)")
+        else:  # a server may send no log-probabilities at all: found out now, not mid-generation
+            for role, model in zip(("base_large", "ft_small", "base_small"), self.components):
+                require_logprobs(model, f"EFT's {role}", top_k=top_k)
         self.top_k = top_k
         self.approximation = None if exact else f"the union of each model's top-{top_k} next tokens"
         self.name = f"eft({base_large.name} + {beta:g} * ({ft_small.name} - {base_small.name}))"

@@ -26,9 +26,12 @@ from iclr24.llm.base import (
     generate_batch,
     get_model,
     load_torch_model,
+    logprobs_available,
     reply_logprobs,
+    require_logprobs,
     with_system,
 )
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "format_chat",
-           "generate_batch", "get_model", "load_torch_model", "reply_logprobs", "with_system"]
+           "generate_batch", "get_model", "load_torch_model", "logprobs_available", "reply_logprobs",
+           "require_logprobs", "with_system"]

@@ -13,7 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
            "check_model_spec",
-           "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "sample_token",
+           "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "logprobs_available",
+           "require_logprobs", "sample_token",
            "with_system", "reply_logprobs"]
 
 Prompt = str | Sequence[dict[str, str]]  # raw text, or chat messages [{"role": ..., "content": ...}]
@@ -75,6 +76,27 @@ def apply_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """Cut ``text`` before the earliest stop string; whether one was found."""
     cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
     return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def logprobs_available(model: LanguageModel, top_k: int = 0) -> bool:
+    """Whether ``model`` gives each generated token's log-probability (``generate(..., logprobs=True)``) and,
+    with ``top_k`` >= 1, its most likely next tokens' (``next_token_top_logprobs``). A backend with full logits
+    does; an HTTP backend asks its server once (``probe_logprobs``: many servers send none); any other answers
+    from its ``capabilities``."""
+    if model.capabilities.full_logits:
+        return True
+    probe = getattr(model, "probe_logprobs", None)
+    if callable(probe):
+        return bool(probe(top_k))
+    return model.capabilities.top_logprobs_k >= max(top_k, 1)
+
+
+def require_logprobs(model: LanguageModel, role: str, top_k: int = 0) -> None:
+    """Refuse, before any work, a model that cannot give what ``role`` scores with (see :func:`logprobs_available`)."""
+    if not logprobs_available(model, top_k):
+        what = "its next tokens' top log-probabilities" if top_k else "per-token log-probabilities"
+        raise ValueError(f"{role} needs {what}, which {model!r} does not return; use a backend that does (embedded, "
+                         f"hf, or a server that sends logprobs, such as vLLM or llama.cpp's)")
 
 
 def check_generate_args(max_tokens: int, temperature: float, n: int, top_p: float = 1.0) -> None:

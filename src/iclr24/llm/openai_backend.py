@@ -9,12 +9,19 @@ of the library's errors naming the server and the cause: :class:`PermissionError
 missing text, more tokens than ``max_tokens`` allows by the server's own count). Over HTTP only the top
 ``top_logprobs`` alternatives per token are available (at most 20), never the full vocabulary: methods that need
 exact next-token distributions (EFT) must use a local backend.
+
+Servers differ; the client makes them behave alike: a stop string sent back with the text is cut, a server that
+ignores or refuses ``n`` gets one request per missing choice, and ``logprobs=True`` from a server that sends none is
+an error naming it (``probe_logprobs`` finds that out up front).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
+import logging
 import math
 import os
 import threading
@@ -22,13 +29,14 @@ import time
 from collections.abc import Sequence
 
 from iclr24.core.checks import check_int
-from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, with_system
+from iclr24.llm.base import Capabilities, Completion, Prompt, apply_stop, check_generate_args, with_system
 
 __all__ = ["OpenAIModel", "RateLimitError", "ResponseError", "ServerError"]
 
 #: The largest response body read (bytes): a completion is text; a server sending more is not answering.
 MAX_RESPONSE_BYTES = 8 * 2**20
 _BACKOFF_S = (0.5, 8.0)  # first wait and the longest, doubling in between
+_log = logging.getLogger(__name__)
 
 
 class OpenAIModel:
@@ -74,6 +82,7 @@ class OpenAIModel:
                                     http_client=_capped_http_client(openai, self.max_response_bytes))
         # The server renders chat messages with its own template; a base model served without one cannot.
         self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=chat, grammar=False)
+        self._logprobs_probed: dict[int, bool] = {}  # 0: per-token, 1: top alternatives -> whether the server sends
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
@@ -96,18 +105,40 @@ class OpenAIModel:
             return self.client.chat.completions.create(messages=list(prompt), **common,
                                                        **({"logprobs": True} if logprobs else {}))
 
-        response = self._call(request)
+        try:
+            response = self._call(request)
+        except ServerError as err:
+            if n == 1 or err.status != 400:
+                raise
+            # llama.cpp's server refuses n > 1 outright ("only one completion choice"): one request per choice
+            _log.warning("the server at %s refused n=%d (%s); asking for each choice in its own request",
+                         self._server, n, err)
+            return [completion for i in range(n) for completion in self.generate(
+                prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p,
+                seed=None if seed is None else seed + i, logprobs=logprobs)]
         duration = time.perf_counter() - start
         with self._reading():
-            choices = _choices(response, n)
+            choices = _choices(response, n, fewer_ok=True)
             texts = [_choice_text(c) for c in choices]
             scored = [_choice_logprobs(c) for c in choices]
             prompt_tokens, completion_tokens = _usage(response)
-            _check_within_max_tokens(completion_tokens, scored, max_tokens, n)
+            _check_within_max_tokens(completion_tokens, scored, max_tokens, len(choices))
+        if logprobs and any(score is None for score in scored):
+            raise NotImplementedError(f"the server at {self._server} sent no log-probabilities for logprobs=True; "
+                                      f"use a server that returns them (vLLM, llama.cpp server) or a local backend")
         counts = _choice_token_counts(texts, scored, completion_tokens)
-        return [Completion(text, _finish(choice), prompt_tokens, count,
-                           duration, *(score if logprobs and score else (None, None)))
-                for text, choice, score, count in zip(texts, choices, scored, counts)]
+        completions = [_cut_at_stop(Completion(text, _finish(choice), prompt_tokens, count, duration,
+                                               *(score if logprobs else (None, None))), stop)
+                       for text, choice, score, count in zip(texts, choices, scored, counts)]
+        if len(completions) < n:  # the server ignores n (transformers serve does): the rest one request each
+            missing = n - len(completions)
+            _log.warning("the server at %s sent %d choice(s) for n=%d; asking for the other %d one at a time",
+                         self._server, len(completions), n, missing)
+            for i in range(missing):
+                completions += self.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature,
+                                             top_p=top_p, seed=None if seed is None else seed + 1 + i,
+                                             logprobs=logprobs)
+        return completions
 
     def generate_with_tools(self, messages: Sequence[dict], tools: dict[str, tuple[str, dict]], *,
                             max_tokens: int = 256, temperature: float = 0.0, seed: int | None = None,
@@ -262,12 +293,30 @@ class OpenAIModel:
         with self._reading():
             logprobs = _choices(response, 1)[0].logprobs
             if logprobs is None or not logprobs.top_logprobs:
-                raise NotImplementedError(f"the server at {self.client.base_url} returned no logprobs")
+                raise NotImplementedError(f"the server at {self._server} sent no log-probabilities for logprobs={k}")
             top = dict(logprobs.top_logprobs[0])
             if len(top) > k + 1:  # the API may add the sampled token to the k most likely
                 raise ResponseError(f"{len(top)} top logprobs for k={k}")
             _check_logprobs(tuple(top.values()))
         return top
+
+    def probe_logprobs(self, top_k: int = 0) -> bool:
+        """Whether the server sends per-token log-probabilities (``top_k`` = 0) or top alternatives (``top_k`` >= 1),
+        asked once with a one-token request and remembered; a server that sends none leaves
+        ``capabilities.top_logprobs_k`` at 0."""
+        key = min(top_k, 1)
+        if key not in self._logprobs_probed:
+            try:
+                if top_k:
+                    self.next_token_top_logprobs("Hello", k=min(top_k, 20))
+                else:
+                    self.generate([{"role": "user", "content": "Hello"}] if self.capabilities.chat_template
+                                  else "Hello", max_tokens=1, logprobs=True)
+                self._logprobs_probed[key] = True
+            except NotImplementedError:
+                self._logprobs_probed[key] = False
+                self.capabilities = dataclasses.replace(self.capabilities, top_logprobs_k=0)
+        return self._logprobs_probed[key]
 
     def next_token_logprobs(self, token_ids: Sequence[int]):
         raise NotImplementedError("OpenAI-compatible servers return at most the top 20 logprobs per token, not the "
@@ -385,13 +434,29 @@ def _check_within_max_tokens(completion_tokens: int, scored: list, max_tokens: i
             raise ResponseError(f"a choice of {len(score[0])} tokens for max_tokens={max_tokens}")
 
 
-def _choices(response, n: int) -> list:
+def _choices(response, n: int, fewer_ok: bool = False) -> list:
+    """The response's choices: exactly ``n``, or (``fewer_ok``) between 1 and ``n`` for a server that ignores n."""
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list):
         raise ResponseError(f"no list of choices (got {type(response).__name__})")
-    if len(choices) != n:
+    if not (1 <= len(choices) <= n if fewer_ok else len(choices) == n):
         raise ResponseError(f"{len(choices)} choices for n={n}")
     return choices
+
+
+def _cut_at_stop(completion: Completion, stop: Sequence[str]) -> Completion:
+    """The text up to the earliest stop string, which some servers (transformers serve) send back with it; the
+    per-token log-probabilities keep the tokens wholly before the cut."""
+    text, cut = apply_stop(completion.text, stop)
+    if not cut:
+        return completion
+    tokens, logprobs = completion.tokens, completion.logprobs
+    if tokens is not None:
+        ends = list(itertools.accumulate(len(t) for t in tokens))
+        keep = sum(end <= len(text) for end in ends)
+        tokens, logprobs = tokens[:keep], logprobs[:keep]
+    return dataclasses.replace(completion, text=text, finish_reason="stop", tokens=tokens, logprobs=logprobs,
+                               completion_tokens=len(tokens) if tokens is not None else completion.completion_tokens)
 
 
 def _usage(response) -> tuple[int, int]:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from iclr24.core import check_int, check_number
+from iclr24.llm.base import require_logprobs
 from iclr24.selfcontradiction.sentences import Triple, parse_triples, rule_based_triple, split_sentences
 
 __all__ = ["ChatProtect", "ContradictionDetector", "Detection", "ProtectReport", "SentenceCheck", "Trigger",
@@ -140,6 +141,8 @@ class ContradictionDetector:
         if mode not in ("votes", "logprob"):
             raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
         _require_model("analyzer", analyzer)
+        if mode == "logprob":
+            require_logprobs(analyzer, "ContradictionDetector(mode='logprob')")
         if not isinstance(explain, bool):
             raise TypeError(f"explain must be a bool, got {explain!r}")
         self.analyzer, self.mode, self.explain, self.seed = analyzer, mode, explain, check_int("seed", seed)

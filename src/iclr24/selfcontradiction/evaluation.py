@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from iclr24.core import check_int, check_number
+from iclr24.llm.base import require_logprobs
 from iclr24.selfcontradiction.chatprotect import Detection, as_chat, check_statements, parse_yes_no, yes_probability
 
 __all__ = ["LabelledPair", "SelfCheckDetector", "load_pairs", "precision_recall_f1", "score_pairs"]
@@ -56,6 +57,8 @@ class SelfCheckDetector:
     def __init__(self, analyzer=None, *, n_votes: int = 10, mode: str = "votes", seed: int = 0) -> None:
         if mode not in ("votes", "logprob"):
             raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
+        if mode == "logprob" and analyzer is not None:
+            require_logprobs(analyzer, "SelfCheckDetector(mode='logprob')")
         self.analyzer, self.mode, self.seed = analyzer, mode, seed
         self.n_votes = check_int("n_votes", n_votes, minimum=1)
         self.calls = 0

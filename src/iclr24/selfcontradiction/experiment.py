@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of  # noqa: E402
+from iclr24.llm.base import logprobs_available  # noqa: E402
 from iclr24.selfcontradiction.chatprotect import ChatProtect, ContradictionDetector  # noqa: E402
 from iclr24.selfcontradiction.evaluation import (  # noqa: E402
     SelfCheckDetector,
@@ -210,11 +211,15 @@ def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
     labels = [p.contradictory for p in pairs]
     detectors = {"ChatProtect (explanation + votes)": (ContradictionDetector(
                      llm, n_votes=cfg.llm_votes, explanation_tokens=cfg.explanation_tokens, seed=ctx.seed),
-                     cfg.vote_pairs),
-                 "ChatProtect (single-pass P(Yes))": (ContradictionDetector(llm, mode="logprob", explain=False),
-                                                      cfg.llm_pairs),
-                 "SelfCheck prompt (P(No))": (SelfCheckDetector(llm, mode="logprob"), cfg.llm_pairs),
-                 "word overlap (no model)": (SelfCheckDetector(), len(pairs))}
+                     cfg.vote_pairs)}
+    if logprobs_available(llm):  # the single-pass detectors read P(Yes); a server may send no log-probabilities
+        detectors.update({
+            "ChatProtect (single-pass P(Yes))": (ContradictionDetector(llm, mode="logprob", explain=False),
+                                                 cfg.llm_pairs),
+            "SelfCheck prompt (P(No))": (SelfCheckDetector(llm, mode="logprob"), cfg.llm_pairs)})
+    else:
+        ctx.log(f"the single-pass P(Yes) detectors are not run: {llm.name} returns no log-probabilities")
+    detectors["word overlap (no model)"] = (SelfCheckDetector(), len(pairs))
     out = {}
     total = sum(min(n, len(pairs)) for _, n in detectors.values())
     with ctx.progress("detection", total=total) as bar:
