@@ -9,7 +9,8 @@
 Backends: ``embedded`` (default), ``hf`` (a local checkpoint folder), ``openai`` (any
 OpenAI-compatible server; litellm-style ``openai/MODEL`` names work too), ``scripted`` (tests only).
 ``generate`` takes ``temperature``, ``top_p``, ``seed``, ``n``, ``stop``, ``system`` (chat prompts)
-and ``logprobs``. ``LoggedModel`` records every call;
+``logprobs`` and ``response_format`` (a JSON schema, a pydantic class or a regex the output is forced into;
+``choose(llm, prompt, options)`` picks one of a menu). ``LoggedModel`` records every call;
 ``generate_batch(llm, prompts)`` decodes many prompts together where the backend can, and
 ``format_chat(llm, messages)`` renders chat messages into the text a model continues, and
 ``load_torch_model()`` gives the embedded model's torch module and tokenizer (for ``iclr24.interp``).
@@ -31,7 +32,8 @@ from iclr24.llm.base import (
     require_logprobs,
     with_system,
 )
+from iclr24.llm.structured import Choice, OutputFormat, choose, output_format
 
-__all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "apply_stop", "format_chat",
-           "generate_batch", "get_model", "load_torch_model", "logprobs_available", "reply_logprobs",
-           "require_logprobs", "with_system"]
+__all__ = ["BACKENDS", "Capabilities", "Choice", "Completion", "LanguageModel", "LoggedModel", "OutputFormat",
+           "apply_stop", "choose", "format_chat", "generate_batch", "get_model", "load_torch_model",
+           "logprobs_available", "output_format", "reply_logprobs", "require_logprobs", "with_system"]

@@ -63,7 +63,7 @@ class LanguageModel(Protocol):
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
-                 logprobs: bool = False) -> list[Completion]: ...
+                 logprobs: bool = False, response_format=None) -> list[Completion]: ...
 
     def next_token_logprobs(self, token_ids: Sequence[int]) -> Any: ...
 
@@ -342,7 +342,7 @@ class LoggedModel:
                           "prompt": prompt if isinstance(prompt, str) else list(prompt),
                           "kwargs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()},
                           "outputs": [asdict(o) for o in outputs]}
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps(record, default=repr) + "\n")  # a pydantic response_format class: its repr
 
     def __getattr__(self, name: str) -> Callable:
         attr = getattr(self.model, name)

@@ -22,6 +22,7 @@ import torch
 
 from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, nucleus, with_system
+from iclr24.llm.structured import GrammarConstraint, check_complete, output_format, require_grammar
 
 __all__ = ["EmbeddedModel", "HFModel", "cache_dir", "embedded_checkpoint"]
 
@@ -60,7 +61,8 @@ class HFModel:
         self._prefix_caches: OrderedDict[tuple[int, ...], object] = OrderedDict()
         self._cache_kwarg = "cache" if "cache" in inspect.signature(self.model.forward).parameters \
             else "past_key_values"
-        self.capabilities = Capabilities(full_logits=True, top_logprobs_k=len(self.tokenizer), grammar=False,
+        self.capabilities = Capabilities(full_logits=True, top_logprobs_k=len(self.tokenizer),
+                                         grammar=importlib.util.find_spec("llguidance") is not None,
                                          chat_template=self.tokenizer.chat_template is not None)
 
     def _ids(self, prompt: Prompt) -> torch.Tensor:
@@ -74,8 +76,12 @@ class HFModel:
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
-                 logprobs: bool = False) -> list[Completion]:
+                 logprobs: bool = False, response_format=None) -> list[Completion]:
+        """As the protocol's ``generate``; ``response_format`` (iclr24.llm.structured) forces the output into a JSON
+        schema or a regex, token by token."""
         check_generate_args(max_tokens, temperature, n, top_p)
+        fmt = output_format(response_format)
+        require_grammar(self, fmt)
         ids = self._ids(with_system(prompt, system))
         previous = torch.get_num_threads()
         if self.threads:
@@ -89,16 +95,19 @@ class HFModel:
                         torch.manual_seed(seed + i)
                     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} \
                         if temperature > 0 else {"do_sample": False}
+                    constraint = [GrammarConstraint(self.tokenizer, fmt, ids.shape[1])] if fmt else None
                     out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
                                               stop_strings=list(stop) or None, tokenizer=self.tokenizer,
                                               pad_token_id=self.tokenizer.eos_token_id, output_logits=logprobs,
-                                              return_dict_in_generate=True, **sampling)
+                                              return_dict_in_generate=True, logits_processor=constraint,
+                                              **sampling)
                 new = out.sequences[0, ids.shape[1]:].tolist()
                 text = self.tokenizer.decode(new, skip_special_tokens=True)
                 cut = [text.find(s) for s in stop if s and s in text]
                 hit_eos = bool(new) and new[-1] == self.tokenizer.eos_token_id
                 finish = "stop" if cut or hit_eos or len(new) < max_tokens else "length"
                 text = text[: min(cut)] if cut else text
+                check_complete(fmt, text, finish, max_tokens)
                 scored = self._scored_tokens(new, out.logits, len(text)) if logprobs else (None, None)
                 results.append(Completion(text, finish, ids.shape[1], len(new), time.perf_counter() - start,
                                           *scored))

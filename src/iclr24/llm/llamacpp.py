@@ -18,6 +18,7 @@ import torch
 
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, with_system
 from iclr24.llm.hf import EMBEDDED
+from iclr24.llm.structured import output_format
 
 __all__ = ["LlamaCppModel"]
 
@@ -46,9 +47,16 @@ class LlamaCppModel:
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
-                 logprobs: bool = False, json_schema: dict | None = None) -> list[Completion]:
-        """As the protocol's ``generate``; ``json_schema`` (chat prompts) constrains the output to it."""
+                 logprobs: bool = False, json_schema: dict | None = None, response_format=None) -> list[Completion]:
+        """As the protocol's ``generate``; ``json_schema`` or a JSON-schema ``response_format`` (chat prompts)
+        constrains the output through llama.cpp's grammar."""
         check_generate_args(max_tokens, temperature, n, top_p)
+        fmt = output_format(response_format)
+        if fmt is not None:
+            if fmt.kind != "json_schema":
+                raise ValueError(f"the llamacpp backend constrains to JSON schemas only, not a {fmt.kind}; use the "
+                                 f"embedded or hf backend for regexes")
+            json_schema = fmt.spec
         prompt = with_system(prompt, system)
         results = []
         for i in range(n):

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, apply_stop, check_generate_args, with_system
+from iclr24.llm.structured import check_complete, output_format
 
 __all__ = ["OpenAIModel", "RateLimitError", "ResponseError", "ServerError"]
 
@@ -81,15 +82,19 @@ class OpenAIModel:
                                     timeout=timeout, max_retries=0,
                                     http_client=_capped_http_client(openai, self.max_response_bytes))
         # The server renders chat messages with its own template; a base model served without one cannot.
-        self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=chat, grammar=False)
+        # grammar: sent to the server (OpenAI, vLLM and llama.cpp's server take a schema); what comes back is checked
+        self.capabilities = Capabilities(full_logits=False, top_logprobs_k=20, chat_template=chat, grammar=True)
         self._logprobs_probed: dict[int, bool] = {}  # 0: per-token, 1: top alternatives -> whether the server sends
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
-                 logprobs: bool = False) -> list[Completion]:
+                 logprobs: bool = False, response_format=None) -> list[Completion]:
         """Text to ``/completions``, chat messages to ``/chat/completions``; ``logprobs`` asks the server for
-        each generated token's log-probability (``Completion.tokens`` / ``.logprobs``)."""
+        each generated token's log-probability (``Completion.tokens`` / ``.logprobs``); ``response_format``
+        (iclr24.llm.structured) is sent as OpenAI's ``response_format`` (a JSON schema on chat) or vLLM's
+        ``guided_json`` / ``guided_regex``, and every text that comes back is checked against it."""
         check_generate_args(max_tokens, temperature, n, top_p)
+        fmt = output_format(response_format)
         prompt = with_system(prompt, system)
         if not isinstance(prompt, str) and not self.capabilities.chat_template:
             raise ValueError(f"chat messages need a server with a chat template; {self.name!r} was built with "
@@ -97,6 +102,11 @@ class OpenAIModel:
         common = {"model": self.name, "max_tokens": max_tokens, "temperature": temperature, "n": n,
                   **({"top_p": top_p} if top_p != 1 else {}), **({"stop": list(stop)} if stop else {}),
                   **({"seed": seed} if seed is not None else {})}
+        if fmt is not None and fmt.kind == "json_schema" and not isinstance(prompt, str):
+            common["response_format"] = fmt.to_openai()
+        elif fmt is not None:  # vLLM's extras: regexes, and schemas on /completions
+            common["extra_body"] = {"guided_json": fmt.spec} if fmt.kind == "json_schema" else \
+                {"guided_regex": fmt.spec}
         start = time.perf_counter()
 
         def request():
@@ -115,7 +125,7 @@ class OpenAIModel:
                          self._server, n, err)
             return [completion for i in range(n) for completion in self.generate(
                 prompt, max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p,
-                seed=None if seed is None else seed + i, logprobs=logprobs)]
+                seed=None if seed is None else seed + i, logprobs=logprobs, response_format=fmt)]
         duration = time.perf_counter() - start
         with self._reading():
             choices = _choices(response, n, fewer_ok=True)
@@ -130,6 +140,11 @@ class OpenAIModel:
         completions = [_cut_at_stop(Completion(text, _finish(choice), prompt_tokens, count, duration,
                                                *(score if logprobs else (None, None))), stop)
                        for text, choice, score, count in zip(texts, choices, scored, counts)]
+        for completion in completions:
+            try:
+                check_complete(fmt, completion.text, completion.finish_reason, max_tokens)
+            except ValueError as err:
+                raise ResponseError(f"the server at {self._server} did not keep to response_format: {err}") from None
         if len(completions) < n:  # the server ignores n (transformers serve does): the rest one request each
             missing = n - len(completions)
             _log.warning("the server at %s sent %d choice(s) for n=%d; asking for the other %d one at a time",
@@ -137,7 +152,7 @@ class OpenAIModel:
             for i in range(missing):
                 completions += self.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature,
                                              top_p=top_p, seed=None if seed is None else seed + 1 + i,
-                                             logprobs=logprobs)
+                                             logprobs=logprobs, response_format=fmt)
         return completions
 
     def generate_with_tools(self, messages: Sequence[dict], tools: dict[str, tuple[str, dict]], *,

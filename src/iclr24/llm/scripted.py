@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from iclr24.llm.base import Capabilities, Completion, Prompt, apply_stop, check_generate_args, with_system
+from iclr24.llm.structured import check_complete, output_format
 
 __all__ = ["ScriptedModel"]
 
@@ -28,15 +29,17 @@ class ScriptedModel:
         self._outputs, self._logprobs, self.vocab_size = outputs, logprobs, vocab_size
         self.calls: list[dict] = []
         # chat=True stands in for a chat server: methods then send it messages rather than text
+        # grammar: its outputs are checked against a response_format, as a constrained backend's would be
         self.capabilities = Capabilities(full_logits=logprobs is not None, top_logprobs_k=0, chat_template=chat,
-                                         grammar=False)
+                                         grammar=True)
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
-                 logprobs: bool = False) -> list[Completion]:
+                 logprobs: bool = False, response_format=None) -> list[Completion]:
         """Replays the next output; with ``logprobs`` each character is a token of log-probability 0 (a script
-        is certain of what it says)."""
+        is certain of what it says). Under ``response_format`` an output outside the format is an error."""
         check_generate_args(max_tokens, temperature, n, top_p)
+        fmt = output_format(response_format)
         prompt = with_system(prompt, system)
         results = []
         for _ in range(n):
@@ -52,6 +55,7 @@ class ScriptedModel:
             text, stopped = apply_stop(raw, stop)
             finish = "stop" if stopped or len(text) <= max_tokens else "length"
             text = text[:max_tokens]
+            check_complete(fmt, text, finish, max_tokens)
             scored = (tuple(text), (0.0,) * len(text)) if logprobs else (None, None)
             results.append(Completion(text, finish, len(str(prompt)), len(text), 0.0, *scored))
         return results

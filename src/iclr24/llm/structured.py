@@ -1,0 +1,193 @@
+"""Structured generation: output forced into a JSON schema, a regular expression or a list of choices.
+
+    from iclr24.llm import get_model, choose
+    llm = get_model()
+    schema = {"type": "object", "properties": {"tool": {"enum": ["read", "write"]}}, "required": ["tool"]}
+    llm.generate(messages, response_format={"type": "json_schema", "json_schema": {"name": "call", "schema": schema}})
+    llm.generate(messages, response_format={"type": "regex", "pattern": r"(Yes|No)"})
+    choose(llm, messages, ["go to the kitchen", "send a message"])      # one of the options, always
+
+``response_format`` takes OpenAI's shape (``{"type": "json_schema", "json_schema": {"name", "schema"}}``), a
+pydantic model class, or ``{"type": "regex", "pattern": ...}``. Local transformers backends enforce it token by
+token with llguidance's grammar engine as a logits processor (the disallowed tokens' logits set to -inf, so the
+constrained distribution is the model's renormalised over the allowed tokens); the openai backend sends it to the
+server (``response_format``, or vLLM's ``guided_json`` / ``guided_regex``) and checks what comes back; the scripted
+backend checks its canned outputs. Every backend validates the final text, so an output that escapes the format is
+an error, never a silently wrong answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Choice", "OutputFormat", "choose", "output_format"]
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """A normalised ``response_format``: ``kind`` is ``"json_schema"`` (``spec`` a schema dict) or ``"regex"``
+    (``spec`` a pattern matched in full)."""
+
+    kind: str
+    spec: Any
+    name: str = "output"
+
+    def validate(self, text: str) -> None:
+        """Raise ValueError naming the format when ``text`` is not in it."""
+        if self.kind == "regex":
+            if re.fullmatch(self.spec, text, flags=re.DOTALL) is None:
+                raise ValueError(f"{text!r} does not match the regex {self.spec!r}")
+            return
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{text[:200]!r} is not JSON ({err.msg}) for the schema {self.name!r}") from None
+        import jsonschema
+
+        try:
+            jsonschema.validate(value, self.spec)
+        except jsonschema.ValidationError as err:
+            raise ValueError(f"{text[:200]!r} does not follow the schema {self.name!r}: {err.message}") from None
+
+    def to_openai(self) -> dict:
+        """The request field an OpenAI-style server reads."""
+        if self.kind == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.spec, "strict": True}}
+        return {"type": "regex", "pattern": self.spec}
+
+    def grammar(self) -> str:
+        """The llguidance grammar for this format."""
+        from llguidance import LLMatcher
+
+        if self.kind == "json_schema":
+            return LLMatcher.grammar_from_json_schema(self.spec, defaults={"whitespace_flexible": False})
+        return LLMatcher.grammar_from_regex(self.spec)
+
+
+def output_format(response_format) -> OutputFormat | None:
+    """Normalise ``response_format`` (None, OpenAI's dict, a pydantic model class, or a regex dict)."""
+    if response_format is None:
+        return None
+    if isinstance(response_format, OutputFormat):
+        return response_format
+    schema_of = getattr(response_format, "model_json_schema", None)
+    if isinstance(response_format, type) and callable(schema_of):  # a pydantic model class
+        return OutputFormat("json_schema", schema_of(), response_format.__name__)
+    if isinstance(response_format, dict):
+        kind = response_format.get("type")
+        if kind == "json_schema" and isinstance(response_format.get("json_schema"), dict) \
+                and isinstance(response_format["json_schema"].get("schema"), dict):
+            spec = response_format["json_schema"]
+            return OutputFormat("json_schema", spec["schema"], str(spec.get("name") or "output"))
+        if kind == "regex" and isinstance(response_format.get("pattern"), str):
+            try:
+                re.compile(response_format["pattern"])
+            except re.error as err:
+                raise ValueError(f"response_format: the pattern {response_format['pattern']!r} is not a regular "
+                                 f"expression ({err})") from None
+            return OutputFormat("regex", response_format["pattern"])
+    raise ValueError(f"response_format must be {{'type': 'json_schema', 'json_schema': {{'name': ..., 'schema': "
+                     f"{{...}}}}}}, a pydantic model class, or {{'type': 'regex', 'pattern': ...}}; "
+                     f"got {response_format!r}")
+
+
+def require_grammar(model, fmt: OutputFormat | None) -> None:
+    """A backend asked for a format it cannot enforce refuses clearly, before any work."""
+    if fmt is not None and not model.capabilities.grammar:
+        raise ValueError(f"response_format needs a backend that can constrain its output (capabilities.grammar); "
+                         f"{model!r} cannot (embedded and hf need the llguidance package: pip install "
+                         f"'iclr24[llm]'; llamacpp and OpenAI-compatible servers can)")
+
+
+def check_complete(fmt: OutputFormat | None, text: str, finish_reason: str, max_tokens: int) -> None:
+    """The finished text is in the format; one cut off by ``max_tokens`` is reported as such."""
+    if fmt is None:
+        return
+    if finish_reason == "length":
+        raise ValueError(f"response_format: max_tokens={max_tokens} ended the output before the {fmt.kind} "
+                         f"{fmt.name!r} was complete: {text[:200]!r}")
+    fmt.validate(text)
+
+
+class GrammarConstraint:
+    """A transformers logits processor that allows only tokens keeping the output inside ``fmt``.
+
+    Built on llguidance (a 3 MB wheel with no dependencies; xgrammar, the other engine the field uses, pulls in
+    Triton on Linux). At each step the tokens the matcher has not seen yet (the last sampled one) are consumed, and
+    the logits of every token the grammar forbids become -inf; once the format is complete only end-of-sequence
+    remains allowed.
+    """
+
+    _tokenizers: dict[int, Any] = {}  # id(hf tokenizer) -> llguidance tokenizer (~1 s to build)
+
+    def __init__(self, tokenizer, fmt: OutputFormat, prompt_length: int) -> None:
+        import llguidance
+        import llguidance.hf
+
+        key = id(tokenizer)
+        if key not in self._tokenizers:
+            self._tokenizers[key] = (tokenizer, llguidance.hf.from_tokenizer(tokenizer))
+        self.ll_tokenizer = self._tokenizers[key][1]
+        self.matcher = llguidance.LLMatcher(self.ll_tokenizer, fmt.grammar())
+        if self.matcher.is_error():
+            raise ValueError(f"response_format: llguidance cannot compile {fmt.kind} {fmt.name!r}: "
+                             f"{self.matcher.get_error()}")
+        self.consumed = prompt_length
+
+    def __call__(self, input_ids, scores):
+        import llguidance.torch
+
+        if input_ids.shape[0] != 1:
+            raise ValueError("GrammarConstraint follows one sequence at a time")
+        for token in input_ids[0, self.consumed:].tolist():
+            if not self.matcher.consume_token(token):
+                raise RuntimeError(f"the grammar refused token {token}: {self.matcher.get_error()}")
+        self.consumed = input_ids.shape[1]
+        mask = llguidance.torch.allocate_token_bitmask(1, self.ll_tokenizer.vocab_size)
+        llguidance.torch.fill_next_token_bitmask(self.matcher, mask, 0)
+        scores = scores.clone()
+        if scores.shape[-1] < self.ll_tokenizer.vocab_size:  # padding rows of an embedding are never tokens
+            raise ValueError(f"{scores.shape[-1]} logits for a tokenizer of {self.ll_tokenizer.vocab_size} tokens")
+        llguidance.torch.apply_token_bitmask_inplace(scores, mask)
+        return scores
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What :func:`choose` picked: ``index`` into the options, the ``option``, and ``how`` (``constrained``: the
+    output was forced to an option; ``parsed``: a free reply that names one; ``default``: a free reply naming none,
+    so the first option)."""
+
+    index: int
+    option: str
+    how: str
+
+
+def choose(llm, prompt, options: Sequence[str], *, temperature: float = 0.0, seed: int | None = None) -> Choice:
+    """One of ``options`` for ``prompt``: constrained decoding where the backend can, else the first option a free
+    reply contains (the official CoELA parser's containment match), else the first option (``how`` says which)."""
+    options = list(options)
+    if not options or not all(isinstance(o, str) and o for o in options):
+        raise ValueError(f"options must be a non-empty list of non-empty strings, got {options!r}")
+    if llm.capabilities.grammar:
+        pattern = "|".join(re.escape(o) for o in options)
+        reply = llm.generate(prompt, max_tokens=_token_budget(llm, options), temperature=temperature, seed=seed,
+                             response_format={"type": "regex", "pattern": f"({pattern})"})[0].text
+        return Choice(options.index(reply), reply, "constrained")
+    reply = llm.generate(prompt, max_tokens=64, temperature=temperature, seed=seed)[0].text.lower()
+    for i, option in enumerate(options):
+        if option.lower() in reply:
+            return Choice(i, option, "parsed")
+    return Choice(0, options[0], "default")
+
+
+def _token_budget(llm, options: list[str]) -> int:
+    """Enough tokens for the longest option (its characters, where the backend cannot count tokens)."""
+    try:
+        return max(len(llm.tokenize(o)) for o in options) + 8
+    except NotImplementedError:
+        return max(len(o) for o in options) + 8
