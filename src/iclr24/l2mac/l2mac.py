@@ -24,7 +24,28 @@ from iclr24.l2mac import prompts
 from iclr24.l2mac.filestore import FileStore
 from iclr24.l2mac.tools import STEP_TOOLS, TOOLS, CheckResult, Toolbox, ToolCallError, parse_tool_call, tool_signatures
 
-__all__ = ["L2MAC", "Codebase", "SingleContext", "StepLog", "detect_cycle"]
+__all__ = ["L2MAC", "Codebase", "SingleContext", "StepLog", "detect_cycle", "tool_call_format"]
+
+
+def tool_call_format(names) -> dict:
+    """The ``response_format`` of one call to one of the tools ``names``: ``{"tool": NAME, "arguments": {...}}``
+    with the tool's own argument schema, the text :func:`~iclr24.l2mac.tools.parse_tool_call` reads."""
+    calls = [{"type": "object", "properties": {"tool": {"const": name}, "arguments": _closed(TOOLS[name][1])},
+              "required": ["tool", "arguments"], "additionalProperties": False} for name in names]
+    return {"type": "json_schema", "json_schema": {"name": "tool_call", "schema": {"anyOf": calls}}}
+
+
+def _closed(schema):
+    """``schema`` with no properties beyond those it names, at every level: the parser refuses unknown arguments,
+    where JSON Schema's default would let a model invent them."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: _closed(value) for key, value in schema.items()}
+    if closed.get("type") == "object":
+        closed.setdefault("additionalProperties", False)
+    return closed
 
 
 @dataclass
@@ -117,8 +138,11 @@ class _Agent:
         if native is not None:
             return native(list(messages), {name: TOOLS[name] for name in tools}, max_tokens=room,
                           temperature=temperature, seed=len(codebase.trace), force=force)
+        # a backend that constrains its output writes only well-formed calls to the offered tools
+        constrained = {"response_format": tool_call_format((force,) if force else tools)} \
+            if tools and self.llm.capabilities.grammar else {}
         return self.llm.generate(list(messages), max_tokens=room, temperature=temperature,
-                                 seed=len(codebase.trace))[0]
+                                 seed=len(codebase.trace), **constrained)[0]
 
     def _parse(self, completion, log: StepLog, messages: list[dict]):
         """The tool call of a reply, or None after telling the model what was wrong. A reply cut at the

@@ -142,7 +142,7 @@ class OpenAIModel:
                        for text, choice, score, count in zip(texts, choices, scored, counts)]
         for completion in completions:
             try:
-                check_complete(fmt, completion.text, completion.finish_reason, max_tokens)
+                check_complete(fmt, completion.text, completion.finish_reason)
             except ValueError as err:
                 raise ResponseError(f"the server at {self._server} did not keep to response_format: {err}") from None
         if len(completions) < n:  # the server ignores n (transformers serve does): the rest one request each

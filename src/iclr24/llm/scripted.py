@@ -19,19 +19,21 @@ class ScriptedModel:
 
     ``logprobs``, when given, maps token ids to a full next-token distribution (a list or tensor),
     which makes ``next_token_logprobs`` available for tests of methods that need it. ``chat`` makes
-    it report ``capabilities.chat_template`` as a chat server does.
+    it report ``capabilities.chat_template`` as a chat server does, ``grammar`` ``capabilities.grammar`` as a
+    constrained backend does.
     """
 
     name = "scripted"
 
     def __init__(self, outputs: Sequence[str] | Callable[[Prompt, int], str], logprobs=None,
-                 vocab_size: int = 256, chat: bool = False) -> None:
+                 vocab_size: int = 256, chat: bool = False, grammar: bool = False) -> None:
         self._outputs, self._logprobs, self.vocab_size = outputs, logprobs, vocab_size
         self.calls: list[dict] = []
         # chat=True stands in for a chat server: methods then send it messages rather than text
-        # grammar: its outputs are checked against a response_format, as a constrained backend's would be
+        # grammar=True stands in for a constrained backend (methods then send it a response_format); an output
+        # outside a response_format it is sent is an error either way
         self.capabilities = Capabilities(full_logits=logprobs is not None, top_logprobs_k=0, chat_template=chat,
-                                         grammar=True)
+                                         grammar=grammar)
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
@@ -55,7 +57,7 @@ class ScriptedModel:
             text, stopped = apply_stop(raw, stop)
             finish = "stop" if stopped or len(text) <= max_tokens else "length"
             text = text[:max_tokens]
-            check_complete(fmt, text, finish, max_tokens)
+            check_complete(fmt, text, finish)
             scored = (tuple(text), (0.0,) * len(text)) if logprobs else (None, None)
             results.append(Completion(text, finish, len(str(prompt)), len(text), 0.0, *scored))
         return results

@@ -12,8 +12,8 @@ pydantic model class, or ``{"type": "regex", "pattern": ...}``. Local transforme
 token with llguidance's grammar engine as a logits processor (the disallowed tokens' logits set to -inf, so the
 constrained distribution is the model's renormalised over the allowed tokens); the openai backend sends it to the
 server (``response_format``, or vLLM's ``guided_json`` / ``guided_regex``) and checks what comes back; the scripted
-backend checks its canned outputs. Every backend validates the final text, so an output that escapes the format is
-an error, never a silently wrong answer.
+backend checks its canned outputs. Every backend validates a finished text, so an output that escapes the format is
+an error, never a silently wrong answer; one cut off by ``max_tokens`` comes back with finish reason ``length``.
 """
 
 from __future__ import annotations
@@ -103,14 +103,11 @@ def require_grammar(model, fmt: OutputFormat | None) -> None:
                          f"'iclr24[llm]'; llamacpp and OpenAI-compatible servers can)")
 
 
-def check_complete(fmt: OutputFormat | None, text: str, finish_reason: str, max_tokens: int) -> None:
-    """The finished text is in the format; one cut off by ``max_tokens`` is reported as such."""
-    if fmt is None:
-        return
-    if finish_reason == "length":
-        raise ValueError(f"response_format: max_tokens={max_tokens} ended the output before the {fmt.kind} "
-                         f"{fmt.name!r} was complete: {text[:200]!r}")
-    fmt.validate(text)
+def check_complete(fmt: OutputFormat | None, text: str, finish_reason: str) -> None:
+    """A finished text is in the format. One cut off by ``max_tokens`` (finish ``length``) is a prefix of the format
+    and is returned as such, as OpenAI's API does: its finish reason says it is incomplete."""
+    if fmt is not None and finish_reason != "length":
+        fmt.validate(text)
 
 
 class GrammarConstraint:
