@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from iclr24.core.evidence import forest_plot, tally
 from iclr24.core.experiment import QUICK_BUDGET_S, Experiment, Result, RunContext, get_experiment
@@ -103,6 +104,8 @@ def environment() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        # CPU seconds grow with contention on shared cores: the load when the run was written says how much
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "cuda_available": torch.cuda.is_available(),
         "packages": versions,
         "git_commit": _git_commit(),
@@ -179,7 +182,9 @@ def run(
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        with _sigterm_as_interrupt():
+        # numpy's BLAS and OpenMP pools get the torch threads too: their idle workers otherwise spin beside torch's
+        # on a shared machine (38 ms numpy norms measured under load) and inflate the run's CPU time.
+        with _sigterm_as_interrupt(), threadpool_limits(limits=torch.get_num_threads()):
             record = _execute(exp, cfg, seed, preset, quiet, tmp, header, log)
             write_json_atomic(tmp / "result.json", record)
             log_file.close()
