@@ -3,7 +3,8 @@ dilemma, and on the Coin Game in the ``paper`` preset.
 
 Per seed: a LOQA agent and the naive actor-critic (the same learner, shaping weight 0) train by self-play
 against themselves and their past versions, with a tabular memory-one actor and a tabular ``Q(s, t, a)``
-critic; two LOLA-DiCE agents train on the same budget of environment steps.
+critic; two LOLA-DiCE agents train on the same budget of environment steps. The independent learners of every
+seed train together as one batched computation (:mod:`iclr24.loqa.batched`), each with its own random streams.
 
 Every claim is judged over seeds (one replicate per seed) by :mod:`iclr24.core.evidence`, against the bars
 below, which come from the spec and were fixed before the first run.
@@ -14,14 +15,13 @@ below, which come from the spec and were fixed before the first run.
    a defector.
 2. Compute: the geometric mean over seeds of LOQA's environment steps to reciprocity over LOLA-DiCE's < 1
    (a learner that never reaches it within the budget counts as the whole budget).
-3. Coin Game (MLP agents; ``quick``: 3 seeds of 1000 updates, about 70 s per learner and seed): LOQA's own-coin
+3. Coin Game (MLP agents; ``quick``: 3 seeds of 300 updates, all six learners batched): LOQA's own-coin
    pickup fraction in self-play > 0.8, the naive learner's < 0.6, and a greedy agent that takes every coin
    gains < 0.1 a step more than LOQA when they play. Not run when ``coin_iterations=0``.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import matplotlib
@@ -31,7 +31,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.core import Claim, Result, RunContext, check_int, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, not_run, ratio  # noqa: E402
-from iclr24.loqa.lola import LOLAConfig, train_lola_dice  # noqa: E402
+from iclr24.loqa.batched import train_coin_game_batch, train_ipd_batch, train_lola_dice_batch  # noqa: E402
+from iclr24.loqa.lola import LOLAConfig  # noqa: E402
 from iclr24.loqa.training import (  # noqa: E402
     SELF_PLAY_BAR,
     STRATEGIES,
@@ -41,8 +42,6 @@ from iclr24.loqa.training import (  # noqa: E402
     IPDConfig,
     coin_pickups,
     score_against,
-    train_coin_game,
-    train_ipd,
 )
 
 PAPER = "LOQA: Learning with Opponent Q-Learning Awareness (Aghajohari, Duque, Cooijmans, Courville; ICLR 2024)"
@@ -99,7 +98,9 @@ class Config:
 PRESETS = {
     "smoke": Config(seeds=3, iterations=60, eval_every=20, lola_batch_size=16, coin_iterations=2,
                     coin_batch_size=8, coin_seeds=3),
-    "quick": Config(),
+    # 300 Coin Game updates, not 1000: the batched Coin Game is compute-bound (~0.19 s an update for all six
+    # learners), and the claim's verdict is the same at both sizes (docs/loqa.md, "Profile and run time").
+    "quick": Config(coin_iterations=300),
     "paper": Config(seeds=5, iterations=20000, coin_iterations=3000, coin_seeds=5),
 }
 
@@ -114,47 +115,50 @@ PRESETS = {
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
     """LOQA, the naive learner and LOLA-DiCE on the IPD (and the Coin Game in ``paper``)."""
-    runs = {"LOQA": [], "naive": [], "LOLA-DiCE": []}
-    at_reach = []  # LOQA's policy when it first reached reciprocity, per seed (None if never)
-    finals = []  # LOQA's final policy, per seed
-    total = 3 * cfg.seeds + (2 * cfg.coin_seeds if cfg.coin_iterations else 0)
-    coin = {"LOQA": [], "naive": []}
+    seeds = ctx.replicate_seeds(cfg.seeds)
+    S = len(seeds)
+    total = 3 + (1 if cfg.coin_iterations else 0)
     with ctx.progress("loqa", total=total) as bar:
-        for s, seed in enumerate(ctx.replicate_seeds(cfg.seeds)):
-            for name, weight in (("LOQA", 1.0), ("naive", 0.0)):
-                first = {}
+        # LOQA and the naive learner, every seed, as one batched computation (iclr24.loqa.batched)
+        first: dict[int, object] = {}  # LOQA's policy when it first reached reciprocity, per seed
 
-                def keep_first(iteration, history, agent, first=first):
-                    if "policy" not in first and history.reached(len(history.iteration) - 1):
-                        first["policy"] = copy.deepcopy(agent.policy)
+        def keep_first(iteration, histories, policies):
+            for s in range(S):
+                if s not in first and histories[s].reached(len(histories[s].iteration) - 1):
+                    first[s] = policies[s]
 
-                ipd = IPDConfig(iterations=cfg.iterations, batch_size=cfg.batch_size, actor_lr=cfg.actor_lr,
-                                critic_lr=cfg.critic_lr, shaping_weight=weight, eval_every=cfg.eval_every,
-                                opponents_per_batch=min(8, cfg.batch_size))
-                agent, history = train_ipd(ipd, seed=seed, on_eval=keep_first)
-                runs[name].append(history)
-                if name == "LOQA":
-                    at_reach.append(first.get("policy"))
-                    finals.append(agent.policy)
-                bar.advance()
-            lola = LOLAConfig(iterations=cfg.lola_iterations, batch_size=cfg.lola_batch_size,
-                              eval_every=max(1, cfg.lola_iterations // 100))
-            runs["LOLA-DiCE"].append(train_lola_dice(lola, seed=seed)[1])
-            bar.advance()
-            ctx.log(f"seed {s}: " + ", ".join(f"{k} reaches at {_reach(v[-1])}" for k, v in runs.items()))
-        for s, seed in enumerate(ctx.replicate_seeds(cfg.coin_seeds) if cfg.coin_iterations else []):
-            for name, weight in (("LOQA", 1.0), ("naive", 0.0)):
-                coin_cfg = CoinConfig(iterations=cfg.coin_iterations, batch_size=cfg.coin_batch_size,
-                                      shaping_weight=weight)
-                learned = train_coin_game(coin_cfg, seed=seed)
-                row = coin_pickups(learned.policy, learned.policy, seed=seed)
+        ipd = IPDConfig(iterations=cfg.iterations, batch_size=cfg.batch_size, actor_lr=cfg.actor_lr,
+                        critic_lr=cfg.critic_lr, eval_every=cfg.eval_every, opponents_per_batch=min(8, cfg.batch_size))
+        agents, histories = train_ipd_batch(ipd, seeds + seeds, shaping_weights=[1.0] * S + [0.0] * S,
+                                            on_eval=keep_first)
+        bar.advance(2)
+        runs = {"LOQA": histories[:S], "naive": histories[S:]}
+        at_reach = [first.get(s) for s in range(S)]  # None if never
+        finals = [agent.policy for agent in agents[:S]]
+        lola = LOLAConfig(iterations=cfg.lola_iterations, batch_size=cfg.lola_batch_size,
+                          eval_every=max(1, cfg.lola_iterations // 100))
+        runs["LOLA-DiCE"] = train_lola_dice_batch(lola, seeds)[1]
+        bar.advance()
+        for s in range(S):
+            ctx.log(f"seed {s}: " + ", ".join(f"{k} reaches at {_reach(v[s])}" for k, v in runs.items()))
+
+        coin = {"LOQA": [], "naive": []}
+        if cfg.coin_iterations:
+            coin_seeds = ctx.replicate_seeds(cfg.coin_seeds)
+            coin_cfg = CoinConfig(iterations=cfg.coin_iterations, batch_size=cfg.coin_batch_size)
+            learned = train_coin_game_batch(coin_cfg, coin_seeds + coin_seeds,
+                                            shaping_weights=[1.0] * len(coin_seeds) + [0.0] * len(coin_seeds))
+            for k, agent in enumerate(learned):
+                seed = coin_seeds[k % len(coin_seeds)]
+                row = coin_pickups(agent.policy, agent.policy, seed=seed)
                 # the Coin Game's Always-Defect (greedy: every coin) as player 0 against the learner
-                versus = coin_pickups(GreedyCoinPolicy(coin_cfg.grid), learned.policy, seed=seed)
+                versus = coin_pickups(GreedyCoinPolicy(coin_cfg.grid), agent.policy, seed=seed)
                 row["greedy_gain"] = versus["reward"] - versus["opponent_reward"]
-                coin[name].append(row)
-                bar.advance()
-            ctx.log(f"coin game seed {s}: " + ", ".join(f"{k} own fraction {v[-1]['own_fraction']:.2f}"
-                                                        for k, v in coin.items()))
+                coin["LOQA" if k < len(coin_seeds) else "naive"].append(row)
+            bar.advance()
+            for s in range(len(coin_seeds)):
+                ctx.log(f"coin game seed {s}: " + ", ".join(f"{k} own fraction {v[s]['own_fraction']:.2f}"
+                                                            for k, v in coin.items()))
 
     always_defect = FixedMemoryOne(STRATEGIES["always_defect"])
     reach = [_scores(p, always_defect) if p is not None else None for p in at_reach]
