@@ -221,3 +221,25 @@ def test_rad_refresh_keeps_the_older_half_and_replaces_the_rest():
     _refresh(model, pde, torch.tensor(BETAS)[:, None], plain, 200, "topk", g)
     for old, new in zip(before, plain.residual):
         assert torch.equal(new[:10], old[:10]) and not torch.equal(new[10:], old[10:]) and len(new) == 20
+
+
+@pytest.mark.parametrize("pde", [Convection(), Burgers()])
+def test_per_task_gradients_from_own_points_equal_those_of_the_joint_loss(pde):
+    # DATS's per-configuration losses and gradients, each from a graph over its own points, against the
+    # gradient of each entry of the joint task_losses (what the sampler was first given)
+    from iclr24.dats.training import _task_losses_and_grads
+
+    torch.manual_seed(0)
+    configs = torch.tensor([[1.0], [5.0], [9.0]]) if pde.name == "convection" else torch.tensor([[0.01], [0.05]])
+    model = ParametricPINN([(0.0, 1.0), pde.x_range], [(float(configs.min()), float(configs.max()))], hidden=8,
+                           depth=2).double()
+    points = PointSet.sample(pde, len(configs), [7, 5, 9][:len(configs)], 6, 4, torch.Generator().manual_seed(1))
+    points = PointSet([r.double() for r in points.residual], points.initial.double(), points.initial_values.double(),
+                      points.boundary_lo.double(), points.boundary_hi.double())
+    params = list(model.parameters())
+    joint = task_losses(model, pde, configs.double(), points)
+    expected = torch.stack([torch.cat([g.reshape(-1) for g in torch.autograd.grad(joint[i], params, retain_graph=True)])
+                            for i in range(len(configs))])
+    losses, grads = _task_losses_and_grads(model, pde, configs.double(), points, 1.0, params)
+    torch.testing.assert_close(losses, joint.detach())
+    torch.testing.assert_close(grads, expected)
