@@ -288,3 +288,37 @@ def test_copied_hyperparameters_restandardise_even_if_load_state_dict_does_not(m
     few = fit_risk_model(x[:5], z[:5], y[:5], BOX, (0.0, 1.0), hyperparameters=fitted)
     at_data = few.posterior(torch.cat([x[:5], z[:5, None]], 1)).mean.squeeze(-1)
     assert torch.allclose(at_data, y[:5], atol=0.05 * float(y.std()))
+
+
+@pytest.mark.parametrize("n", [2, 6, 40])
+def test_closed_form_marginals_match_botorch_posterior(n):
+    # the fast path of risk_bounds (an exact GP in closed form) against model.posterior, the reference path
+    from unittest import mock
+
+    import iclr24.meta_vbo.acquisition as acquisition
+
+    x, z, y = observations(bump(0.3, risky=0.9), 40, 4)
+    fitted = fit_risk_model(x, z, 7.0 * y - 2.0, BOX, (0.0, 1.0))
+    model = fit_risk_model(x[:n], z[:n], 7.0 * y[:n] - 2.0, BOX, (0.0, 1.0), hyperparameters=fitted)
+    assert acquisition._is_plain_exact_gp(model)
+    fast = acquisition._posterior_grid(model, GRID, Z)
+    with mock.patch.object(acquisition, "_is_plain_exact_gp", lambda m: False):
+        reference = acquisition._posterior_grid(model, GRID, Z)
+    for a, b in zip(fast, reference):
+        assert a.shape == (len(GRID), len(Z))
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_a_given_priority_is_used_as_computed(target_model, prior_at_08):
+    meta = MetaVBO(target_model, prior_at_08, Z, x_bounds=BOX)
+    omega = meta.priority(GRID)
+    computed, given_ = meta.next_query(candidates=GRID), meta.next_query(candidates=GRID, priority=omega)
+    assert torch.equal(computed.x, given_.x) and torch.equal(computed.priority, given_.priority)
+    # a priority that favours another point moves the query there, within Q_t
+    other = torch.zeros_like(omega)
+    other[int(computed.vucb_index)] = 5
+    assert meta.next_query(candidates=GRID, priority=other).x_index == computed.vucb_index
+    with pytest.raises(ValueError, match="priority"):
+        meta.next_query(candidates=GRID, priority=omega[:-1])
+    with pytest.raises(ValueError, match="priority"):
+        meta.next_query(bounds=BOX, priority=omega)

@@ -47,6 +47,15 @@ def test_every_method_starts_from_the_same_observations_and_runs_are_determinist
     assert all(q.query_set[q.x_index] for q in b.queries)
 
 
+def test_a_prior_task_fitted_once_gives_the_same_run_as_its_observations(problem, hyperparameters):
+    task = PriorTask(*problem.helpful[0])
+    fitted = task.fit(torch.tensor([[0.0], [1.0]], dtype=torch.float64), (0.0, 1.0))
+    a = run(problem, "meta_vbo", 3, hyperparameters, prior_tasks=[task])
+    b = run(problem, "meta_vbo", 3, hyperparameters, prior_tasks=[fitted])
+    assert torch.equal(a.x, b.x) and torch.equal(a.z, b.z)
+    assert all(torch.equal(p.priority, q.priority) for p, q in zip(a.queries, b.queries))
+
+
 def test_helpful_prior_tasks_reach_the_maximiser_sooner(problem, hyperparameters):
     priors = [PriorTask(*task) for task in problem.helpful]
     meta = run(problem, "meta_vbo", 6, hyperparameters, prior_tasks=priors)
@@ -79,6 +88,8 @@ def test_a_box_domain_and_refitted_hyperparameters(problem):
     (dict(method="random", eta=0.5), "eta"),
     (dict(prior_tasks=PriorTask(torch.rand(3, 1), torch.rand(3), torch.rand(3))), "prior_tasks"),
     (dict(prior_tasks=[PriorTask(torch.rand(3, 2), torch.rand(3), torch.rand(3))]), r"prior_tasks\[0\].x"),
+    (dict(prior_tasks=[fit_risk_model(torch.rand(4, 2), torch.rand(4), torch.rand(4))]), r"prior_tasks\[0\]"),
+    (dict(prior_tasks=["task"]), r"prior_tasks\[0\]"),
     (dict(candidates=torch.zeros(0, 1)), "at least one"),
     (dict(objective=lambda x, z: torch.full((len(x),), float("nan"))), "objective"),
     (dict(objective=lambda x, z: torch.zeros(len(x) + 1)), "objective"),

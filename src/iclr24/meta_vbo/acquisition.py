@@ -48,7 +48,10 @@ from botorch.optim import optimize_acqf
 from botorch.optim.closures import get_loss_closure
 from botorch.utils.sampling import draw_sobol_samples
 from botorch.utils.transforms import t_batch_mode_transform
+from gpytorch import settings as gpytorch_settings
+from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from linear_operator.utils.cholesky import psd_safe_cholesky
 
 from iclr24.core.checks import check_int, check_number, check_tensor
 from iclr24.meta_vbo.risk import RISK_MEASURES, lacing_values, risk_measure
@@ -233,20 +236,73 @@ class RiskBounds:
     width: torch.Tensor
 
 
+def _is_plain_exact_gp(model: Model) -> bool:
+    """A single-output ``SingleTaskGP`` in eval mode with a Gaussian likelihood and at most the transforms
+    :func:`fit_risk_model` uses: its marginal posterior has the closed form of :func:`_exact_marginals`."""
+    return (type(model) is SingleTaskGP and not model.training and model.num_outputs == 1
+            and type(model.likelihood) is GaussianLikelihood and len(model.train_inputs[0].shape) == 2
+            and type(getattr(model, "input_transform", None)) in (Normalize, type(None))
+            and type(getattr(model, "outcome_transform", None)) in (Standardize, type(None)))
+
+
+class _ExactMarginals:
+    """Marginal posterior mean and variance of an exact GP (:func:`_is_plain_exact_gp`) at many points.
+
+    With ``K = k(X, X) + noise I = L L^T`` over the (transformed) training inputs, the standardised posterior
+    at x is ``m(x) + k(x, X) K^-1 (y - m(X))`` and ``k(x, x) - |L^-1 k(X, x)|^2``, then mapped back by the
+    outcome transform, as ``model.posterior`` computes them (a Cholesky factor with GPyTorch's jitter rule,
+    variances floored at its ``min_variance``). It only evaluates ``k(x, X)`` and ``k(x, x)``, where
+    ``model.posterior`` builds the joint covariance of the training inputs and every batch of test points.
+    """
+
+    def __init__(self, model: SingleTaskGP) -> None:
+        train = model.train_inputs[0]
+        prior = model.forward(train)
+        covariance = model.likelihood(prior, [train]).covariance_matrix
+        self.model, self.train = model, train
+        self.cholesky = psd_safe_cholesky(covariance)
+        residual = (model.train_targets - prior.mean).unsqueeze(-1)
+        self.weights = torch.cholesky_solve(residual, self.cholesky)                  # (n_train, 1)
+
+    def __call__(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``points`` (N, d + 1) -> posterior mean and variance, each (N,)."""
+        model = self.model
+        points = model.transform_inputs(points)
+        cross = model.covar_module(points, self.train).to_dense()                   # (N, n_train)
+        mean = model.mean_module(points) + (cross @ self.weights).squeeze(-1)
+        root = torch.linalg.solve_triangular(self.cholesky, cross.T, upper=False)     # (n_train, N)
+        variance = model.covar_module(points, diag=True) - root.pow(2).sum(0)
+        transform = getattr(model, "outcome_transform", None)
+        if transform is not None:
+            mean = transform.means.squeeze() + transform.stdvs.squeeze() * mean
+            variance = transform.stdvs.squeeze() ** 2 * variance
+        return mean, variance.clamp_min(gpytorch_settings.min_variance.value(variance.dtype))
+
+
 def _posterior_grid(model: Model, x: torch.Tensor, z_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Posterior mean and standard deviation of f at every (x, z) pair, each of shape (n, n_z).
 
-    Each x is a batch of its n_z pairs, so the posterior covariance is (n, n_z, n_z), never (n n_z)^2.
+    An exact GP (:func:`_is_plain_exact_gp`, as :func:`fit_risk_model` returns) is evaluated in closed form
+    over all pairs at once (:class:`_ExactMarginals`). Any other model goes through ``model.posterior``, each
+    x a batch of its n_z pairs, so the posterior covariance is (n, n_z, n_z), never (n n_z)^2.
     """
     n, n_z = len(x), len(z_values)
     pairs = torch.cat([x.unsqueeze(1).expand(n, n_z, x.shape[1]),
                        z_values.view(1, n_z, 1).expand(n, n_z, 1)], dim=-1)
     means, stds = [], []
     with torch.no_grad():
-        for start in range(0, n, _CHUNK):
-            posterior = model.posterior(pairs[start:start + _CHUNK])
-            means.append(posterior.mean.squeeze(-1))
-            stds.append(posterior.variance.clamp_min(0.0).sqrt().squeeze(-1))
+        if _is_plain_exact_gp(model):
+            marginals = _ExactMarginals(model)
+            for start in range(0, n, _CHUNK):
+                chunk = pairs[start:start + _CHUNK]
+                mean, variance = marginals(chunk.reshape(-1, chunk.shape[-1]))
+                means.append(mean.view(-1, n_z))
+                stds.append(variance.sqrt().view(-1, n_z))
+        else:
+            for start in range(0, n, _CHUNK):
+                posterior = model.posterior(pairs[start:start + _CHUNK])
+                means.append(posterior.mean.squeeze(-1))
+                stds.append(posterior.variance.clamp_min(0.0).sqrt().squeeze(-1))
     return torch.cat(means), torch.cat(stds)
 
 
@@ -505,11 +561,18 @@ class MetaVBO:
         return omega
 
     def next_query(self, candidates: torch.Tensor | None = None, bounds: torch.Tensor | None = None,
-                   n_candidates: int = 1024, seed: int = 0) -> RiskQuery:
+                   n_candidates: int = 1024, seed: int = 0, priority: torch.Tensor | None = None) -> RiskQuery:
         """The Meta-VBO query over a finite ``candidates`` set (n, d), or over the box ``bounds`` (2, d),
-        represented by ``n_candidates`` scrambled-Sobol points plus V-UCB's own continuous optimum."""
+        represented by ``n_candidates`` scrambled-Sobol points plus V-UCB's own continuous optimum.
+
+        ``priority`` is omega at ``candidates`` (long, (n,)) when already computed by :meth:`priority`: it
+        depends only on the prior tasks and the candidates, not on the target's observations, so a BO loop
+        over a fixed candidate set computes it once.
+        """
         if (candidates is None) == (bounds is None):
             raise ValueError("give exactly one of candidates (a finite x domain) or bounds (a box)")
+        if priority is not None and candidates is None:
+            raise ValueError("priority is omega at given candidates; with bounds the candidates are drawn here")
         if candidates is None:
             box = _as_double("bounds", bounds, ndim=2, shape_doc="(2, d)")
             check_int("seed", seed, minimum=0)
@@ -519,7 +582,13 @@ class MetaVBO:
         candidates = _as_double("candidates", candidates, ndim=2, shape_doc="(n, d)")
         risk = self.vucb.bounds(candidates)
         members = no_regret_set(risk, self.eta, self.lambda_)
-        omega = self.priority(candidates)
+        if priority is None:
+            omega = self.priority(candidates)
+        else:
+            omega = torch.as_tensor(priority)
+            if omega.shape != (len(candidates),) or omega.dtype != torch.long:
+                raise ValueError(f"priority must be omega at the candidates, long of shape ({len(candidates)},), got "
+                                 f"{omega.dtype} of shape {tuple(omega.shape)}")
         # lexicographic argmax over Q_t: the priority first, then V-UCB's own criterion
         order = torch.argsort(risk.rho_upper, descending=True, stable=True)
         ranked = order[torch.argsort(omega[order], descending=True, stable=True)]

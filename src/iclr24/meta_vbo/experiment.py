@@ -110,13 +110,25 @@ PRESETS = {
 }
 
 
+def _domain(problem) -> tuple[torch.Tensor, tuple[float, float]]:
+    """The x box and z range every model of ``problem`` is normalised by (as ``optimize_risk`` does)."""
+    box = torch.stack([problem.candidates.min(0).values, problem.candidates.max(0).values])
+    return box, (float(problem.z_values.min()), float(problem.z_values.max()))
+
+
 def _pretrain(problem, x: torch.Tensor, z: torch.Tensor, y: torch.Tensor):
     """The target GP's hyperparameters, fitted once (best of PRETRAIN_RESTARTS) and then held."""
     from iclr24.meta_vbo.acquisition import fit_risk_model
 
-    box = torch.stack([problem.candidates.min(0).values, problem.candidates.max(0).values])
-    z_range = (float(problem.z_values.min()), float(problem.z_values.max()))
-    return fit_risk_model(x, z, y, box, z_range, restarts=PRETRAIN_RESTARTS)
+    return fit_risk_model(x, z, y, *_domain(problem), restarts=PRETRAIN_RESTARTS)
+
+
+def _fit_priors(problem, tasks) -> list:
+    """Each prior task's GP, fitted once per drawn problem and shared by the runs that use the task (the fit
+    depends only on the task's observations and the domain, as in ``optimize_risk``)."""
+    from iclr24.meta_vbo.acquisition import PriorTask
+
+    return [PriorTask(*task).fit(*_domain(problem)) for task in tasks]
 
 
 def _setup(cfg: Config, name: str, seed: int):
@@ -139,10 +151,12 @@ def _runner(cfg: Config, problem, hyperparameters, seed: int, alpha: float):
     from iclr24.meta_vbo.loop import optimize_risk
 
     def run(method: str, tasks=(), iterations: int = cfg.iterations):
+        """``tasks``: fitted prior models, or (x, z, y) observations that the loop fits."""
         noise = torch.Generator().manual_seed(seed + 7_919)
         return optimize_risk(lambda x, z: problem.observe(x, z, noise), problem.z_values, iterations,
                              candidates=problem.candidates, method=method,
-                             prior_tasks=[PriorTask(*task) for task in tasks], alpha=alpha, beta=cfg.beta,
+                             prior_tasks=[PriorTask(*task) if isinstance(task, tuple) else task for task in tasks],
+                             alpha=alpha, beta=cfg.beta,
                              lambda_=cfg.lambda_, eta=cfg.eta, measure=cfg.measure, n_initial=cfg.n_initial,
                              seed=seed, risk_fn=problem.risk_of, optimum=problem.optimum,
                              hyperparameters=hyperparameters, show_progress=False)
@@ -154,8 +168,8 @@ def _seed_runs(cfg: Config, name: str, seed: int) -> dict:
     """Every method on one drawn problem: normalised regret curves, no-regret checks, invariance."""
     problem, hyperparameters = _setup(cfg, name, seed)
     run = _runner(cfg, problem, hyperparameters, seed, cfg.alpha)
-    priors = {"helpful": problem.helpful, "harmful": problem.harmful,
-              "majority": problem.helpful[:1] + problem.harmful}
+    helpful, harmful = _fit_priors(problem, problem.helpful), _fit_priors(problem, problem.harmful)
+    priors = {"helpful": helpful, "harmful": harmful, "majority": helpful[:1] + harmful}
     runs = {"vucb": run("vucb"), "random": run("random")}
     for setting in SETTINGS:
         runs[f"meta_vbo/{setting}"] = run("meta_vbo", priors[setting])

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 from botorch.models import SingleTaskGP
+from botorch.models.model import Model
 
 from iclr24.core.checks import check_int, check_number
 from iclr24.core.progress import progress
@@ -58,7 +59,7 @@ def _true_risk(risk_fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor)
 
 def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], z_values: torch.Tensor,
                   n_iter: int, *, candidates: torch.Tensor | None = None, bounds: torch.Tensor | None = None,
-                  method: str = "meta_vbo", prior_tasks: Sequence[PriorTask] = (),
+                  method: str = "meta_vbo", prior_tasks: Sequence[PriorTask | Model] = (),
                   z_weights: torch.Tensor | None = None, alpha: float = 0.1, beta: float = 9.0,
                   lambda_: float = 0.0, eta: float = 1.0, measure: str = "var", z_selection: str = "max_std",
                   n_initial: int = 2, seed: int = 0, risk_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -77,8 +78,9 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
         The x domain: a finite set (n, d), or a box (2, d) (V-UCB optimises it with ``optimize_acqf``;
         Meta-VBO and random search draw from it).
     method : "meta_vbo", "vucb" or "random"
-    prior_tasks : sequence of PriorTask
-        Used by Meta-VBO; each is fitted once.
+    prior_tasks : sequence of PriorTask or botorch Model
+        Used by Meta-VBO: observations, each fitted once here, or models already fitted to them (e.g. by
+        ``PriorTask.fit(box, z_range)``, to share the fits between runs).
     z_weights, alpha, beta, lambda_, eta, measure, z_selection
         As :class:`MetaVBO`.
     seed : int
@@ -112,8 +114,9 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     if hyperparameters is not None and not isinstance(hyperparameters, SingleTaskGP):
         raise TypeError(f"hyperparameters must be a SingleTaskGP from fit_risk_model, got "
                         f"{type(hyperparameters).__name__}")
-    if isinstance(prior_tasks, PriorTask) or not isinstance(prior_tasks, Sequence):
-        raise TypeError(f"prior_tasks must be a sequence of PriorTask, got {type(prior_tasks).__name__}")
+    if isinstance(prior_tasks, (PriorTask, Model)) or not isinstance(prior_tasks, Sequence):
+        raise TypeError(f"prior_tasks must be a sequence of PriorTask or botorch Model, got "
+                        f"{type(prior_tasks).__name__}")
     n_iter = check_int("n_iter", n_iter, minimum=1)
     n_initial = check_int("n_initial", n_initial, minimum=2)
     check_int("seed", seed, minimum=0)
@@ -133,8 +136,13 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
         d = box.shape[1]
     weights = _z_weights(z_values, z_weights)
     for i, task in enumerate(prior_tasks):
+        if isinstance(task, Model):
+            if getattr(task, "train_inputs", None) and task.train_inputs[0].shape[-1] != d + 1:
+                raise ValueError(f"prior_tasks[{i}] is a model over {task.train_inputs[0].shape[-1]} inputs; the "
+                                 f"domain needs {d + 1} ([x, z])")
+            continue
         if not isinstance(task, PriorTask):
-            raise TypeError(f"prior_tasks[{i}] must be a PriorTask, got {type(task).__name__}")
+            raise TypeError(f"prior_tasks[{i}] must be a PriorTask or a botorch Model, got {type(task).__name__}")
         if torch.as_tensor(task.x).dim() != 2 or torch.as_tensor(task.x).shape[1] != d:
             raise ValueError(f"prior_tasks[{i}].x must have shape (n, {d}) like the domain, got "
                              f"{tuple(torch.as_tensor(task.x).shape)}")
@@ -158,7 +166,9 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     x_obs = random_x(n_initial)
     z_obs = random_z(n_initial)
     y_obs = observe(x_obs, z_obs)
-    prior_models = ([task.fit(box, z_range) for task in prior_tasks] if method == "meta_vbo" else [])
+    prior_models = ([task.fit(box, z_range) if isinstance(task, PriorTask) else task for task in prior_tasks]
+                    if method == "meta_vbo" else [])
+    omega = None  # Meta-VBO's priority over fixed candidates: the prior tasks' alone, so computed once
     settings = dict(z_weights=weights, alpha=alpha, beta=beta, measure=measure, z_selection=z_selection)
     queries: list[RiskQuery | None] = []
     bar_context = progress(f"optimize_risk[{method}]", total=n_iter) if show_progress else nullcontext()
@@ -172,8 +182,10 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
                 if method == "vucb":
                     query = VUCB(model, z_values, **settings).next_query(**where)
                 else:
-                    query = MetaVBO(model, prior_models, z_values, lambda_=lambda_, eta=eta,
-                                    **settings).next_query(**where, seed=seed * 1_000_003 + t)
+                    meta = MetaVBO(model, prior_models, z_values, lambda_=lambda_, eta=eta, **settings)
+                    if candidates is not None and omega is None:
+                        omega = meta.priority(candidates)
+                    query = meta.next_query(**where, seed=seed * 1_000_003 + t, priority=omega)
                 x_new, z_new = query.x, torch.tensor(query.z, dtype=torch.float64)
             queries.append(query)
             x_obs = torch.cat([x_obs, x_new.view(1, d)])

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from iclr24.core.checks import check_int, check_number
@@ -221,6 +222,10 @@ class SVMTuning:
     (``SVM_DATASETS``; digits subsampled to ``max_samples``), standardised, split 70/30 once. Values are
     computed when first asked for and kept; inputs are snapped to the ``points_per_dim`` grid and the ``n_z``
     noise levels, so ``candidates`` and ``z_values`` are the domain.
+
+    The RBF kernel ``exp(-gamma |a - b|^2)`` is computed here, from squared distances computed once (libsvm's
+    own formula, ``|a|^2 + |b|^2 - 2 a.b``), and passed to ``SVC(kernel="precomputed")``: the same SVM, without
+    libsvm recomputing every kernel entry at each of the grid's 15 x 15 x 10 fits.
     """
 
     def __init__(self, dataset: str, points_per_dim: int = 15, n_z: int = 10, max_noise: float = 0.45,
@@ -244,6 +249,8 @@ class SVMTuning:
         self._flip_order = torch.randperm(cut, generator=g).numpy()
         self._flipped = (self.y_train + 1 + torch.randint(classes - 1, (cut,), generator=g).numpy()) % classes
         self.dataset = dataset
+        self._sq_train = _squared_distances(self.x_train, self.x_train)   # (n_train, n_train)
+        self._sq_val = _squared_distances(self.x_val, self.x_train)       # (n_val, n_train)
         self.candidates = grid(2, points_per_dim)
         self.z_values = torch.linspace(0.0, max_noise, n_z, dtype=torch.float64)
         self._values: dict[tuple[int, int], float] = {}
@@ -262,13 +269,19 @@ class SVMTuning:
             labels = self.y_train.copy()
             n_flip = int(round(float(self.z_values[iz]) * len(labels)))
             labels[self._flip_order[:n_flip]] = self._flipped[self._flip_order[:n_flip]]
-            model = SVC(C=10.0 ** log_c, gamma=10.0 ** log_gamma).fit(self.x_train, labels)
-            self._values[(ix, iz)] = float(model.score(self.x_val, self.y_val))
+            gamma = 10.0 ** log_gamma
+            model = SVC(C=10.0 ** log_c, kernel="precomputed").fit(np.exp(-gamma * self._sq_train), labels)
+            self._values[(ix, iz)] = float(np.mean(model.predict(np.exp(-gamma * self._sq_val)) == self.y_val))
         return self._values[(ix, iz)]
 
     def __call__(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         ix, iz = self._index(x, z)
         return torch.tensor([self._accuracy(int(i), int(j)) for i, j in zip(ix, iz)], dtype=torch.float64)
+
+
+def _squared_distances(a, b):
+    """``|a_i|^2 + |b_j|^2 - 2 a_i.b_j`` for rows of numpy arrays ``a`` (n, p), ``b`` (m, p): shape (n, m)."""
+    return (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
 
 
 def svm_problem(seed: int, target: str = "breast_cancer", priors: tuple[str, ...] = ("wine", "iris", "digits"),
