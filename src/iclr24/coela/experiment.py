@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.coela.agent import CoELAAgent, HeuristicPlanner, RandomPlanner  # noqa: E402
+from iclr24.coela.cached_lm import PrefixCachedLM  # noqa: E402
 from iclr24.coela.env import TransportEnv  # noqa: E402
 from iclr24.coela.episode import Episode, parse_failure_rate, run_episode  # noqa: E402
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
@@ -109,7 +110,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     from iclr24.llm import LoggedModel, get_model
 
     llm_runs, baseline_short = [], []
-    llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
+    # greedy replies as the model gives them, with shared prompt prefixes encoded once (see cached_lm)
+    llm = LoggedModel(PrefixCachedLM.wrap(get_model()), ctx.path("llm_calls.jsonl"))
     llm_name = llm.name
     with ctx.progress("coela llm episodes", total=cfg.llm_episodes) as bar:
         for seed in seeds[: cfg.llm_episodes]:

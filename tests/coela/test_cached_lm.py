@@ -1,0 +1,44 @@
+"""PrefixCachedLM: the same greedy replies as the wrapped model, with prompt prefixes and drafts reused."""
+
+import pytest
+
+from iclr24.coela.cached_lm import PrefixCachedLM, lookup_draft
+from iclr24.llm import get_model
+
+
+def test_lookup_draft_copies_what_followed_the_latest_match():
+    assert lookup_draft([5, 6, 7, 8, 9, 5, 6], ngram=2, length=2) == [7, 8]
+    assert lookup_draft([1, 2, 3, 1, 2, 4, 1, 2], ngram=2, length=3) == [4, 1, 2]   # the latest occurrence
+    assert lookup_draft([1, 2, 9, 2], ngram=3, length=5) == [9, 2]                   # falls back to n = 1
+    assert lookup_draft([1, 2, 3], ngram=3) == []
+    assert lookup_draft([7], ngram=3) == []
+
+
+def test_wrap_leaves_a_backend_without_torch_weights_alone():
+    scripted = get_model("scripted", outputs=["A"])
+    assert PrefixCachedLM.wrap(scripted) is scripted
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    pytest.importorskip("transformers")
+    try:
+        return get_model("embedded")
+    except ImportError as err:
+        pytest.skip(f"embedded model not installed: {err}")
+
+
+def test_greedy_replies_equal_the_wrapped_model(embedded):
+    cached = PrefixCachedLM(embedded, keep=2)
+    head = "You are alice, one of two agents in a house. Your goal: move the apple and the cup to the kitchen.\n"
+    prompts = [[{"role": "user", "content": head + tail}] for tail in (
+        "Available plans:\nA. go to kitchen\nB. explore current room office\nAnswer with the letter.",
+        "I am in the office. Available plans:\nA. go grasp target object apple\nB. go to kitchen\nAnswer.",
+        "Write one short message to your partner.\nMessage:")]
+    for prompt, max_tokens in zip(prompts, (12, 12, 24)):
+        want = embedded.generate(prompt, max_tokens=max_tokens, temperature=0.0)[0]
+        got = cached.generate(prompt, max_tokens=max_tokens, temperature=0.0)[0]
+        assert (got.text, got.finish_reason, got.prompt_tokens, got.completion_tokens) == \
+            (want.text, want.finish_reason, want.prompt_tokens, want.completion_tokens)
+    assert len(cached._caches) == 2                    # the oldest prompt's cache was dropped
+    assert max(len(key) for key in cached._caches) > 30
