@@ -260,3 +260,58 @@ def test_bad_input_is_named():
                         lr=0.1, callback=lambda r, m: 3)
     with pytest.raises(FloatingPointError, match="diverged"):
         local_train(Linear(3), x, torch.ones(4), steps=3, lr=0.1, loss=lambda out, y: out.sum() * float("nan"))
+
+
+# ---- the batched (stacked-clients) loop is the per-client loop -------------------------------------------------
+
+def _params(run):
+    return [torch.cat([p.detach().flatten() for p in m.parameters()]) for m in run.models]
+
+
+@pytest.mark.parametrize("aggregation", ["local", "fedavg", "weighted"])
+def test_batched_loop_equals_the_per_client_loop_on_the_cnn(aggregation):
+    data = signal_noise_clients(4, 8, d=60, heterogeneity="opposite", seed=1)
+    model = TwoLayerCNN(60, 3, generator=torch.Generator().manual_seed(0))
+    seen = {True: [], False: []}
+    runs = {b: federated_train(model, data.clients, rounds=3, local_steps=2, lr=0.5, aggregation=aggregation,
+                               batched=b, callback=lambda r, models, b=b: seen[b].append(
+                                   [m.weight.detach().clone() for m in models]) or {"r": r})
+            for b in (False, True)}
+    for a, b in zip(_params(runs[False]), _params(runs[True])):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert runs[True].history == runs[False].history
+    for before, after in zip(seen[False], seen[True]):     # the callback sees each round's models
+        for a, b in zip(before, after):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert not torch.equal(_params(runs[True])[0], model.weight.detach().flatten())   # trained, not the init
+
+
+@pytest.mark.parametrize("labels", ["binary", "classes"])
+def test_batched_loop_weights_unequal_clients_by_their_own_sizes(labels):
+    # padding must not enter the mean: clients of 5, 12, 20 and 7 samples, one local step, closed-form check
+    g = torch.Generator().manual_seed(3)
+    clients = []
+    for n in (5, 12, 20, 7):
+        x = torch.randn(n, 4, generator=g)
+        y = torch.sign(x[:, 0] + 0.1) if labels == "binary" else torch.randint(3, (n,), generator=g)
+        clients.append(ClientData(x, y, x, y))
+    torch.manual_seed(0)
+    model = Linear(4) if labels == "binary" else nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+    for aggregation in ("local", "fedavg"):
+        ref = federated_train(model, clients, rounds=2, local_steps=3, lr=0.3, aggregation=aggregation)
+        fast = federated_train(model, clients, rounds=2, local_steps=3, lr=0.3, aggregation=aggregation,
+                               batched=True)
+        for a, b in zip(_params(ref), _params(fast)):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_batched_loop_falls_back_for_a_custom_loss_and_names_divergence():
+    clients = _linear_clients(3)
+    squared = lambda out, y: ((out - y) ** 2).mean()    # noqa: E731
+    ref = federated_train(Linear(5), clients, rounds=2, local_steps=2, lr=0.1, loss=squared)
+    fast = federated_train(Linear(5), clients, rounds=2, local_steps=2, lr=0.1, loss=squared, batched=True)
+    for a, b in zip(_params(ref), _params(fast)):
+        assert torch.equal(a, b)
+    huge = [ClientData(c.x * 1e30, c.y, c.x, c.y) for c in clients]      # the second step's logits overflow
+    with pytest.raises(FloatingPointError, match="diverged"):
+        federated_train(Linear(5), huge, rounds=1, local_steps=3, lr=0.1, batched=True)

@@ -213,12 +213,20 @@ def federated_train(
     feature_fn: Callable[[Tensor], Tensor] | None = None,
     callback: Callable[[int, list[nn.Module]], dict | None] | None = None,
     progress: str | None = None,
+    batched: bool = False,
 ) -> FederatedRun:
     """Train one copy of ``model`` per client for ``rounds`` rounds of local GD + aggregation.
 
     Every client starts from ``model``'s parameters (the server's initialisation). ``aggregation`` is
     ``"local"``, ``"fedavg"``, ``"weighted"`` (similarity of ``client_features(feature_fn(x), y)``) or a
     row-stochastic ``(K, K)`` tensor. ``callback(round, models)`` may return a dict of measurements.
+
+    ``batched=True`` trains all clients as one stacked model (``torch.func.vmap`` over the clients'
+    parameters; clients with fewer samples are zero-padded and their padding weighted out of the mean loss),
+    one forward and backward pass a step instead of one per client. It computes the same gradient steps and
+    the same mixing as the per-client loop up to float rounding (batched sums add in another order). It
+    needs the default loss and a model without buffers whose parameters all train; otherwise the per-client
+    loop runs.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -242,6 +250,10 @@ def federated_train(
 
     record(0)
     steps = track(range(1, rounds + 1), progress, total=rounds) if progress else range(1, rounds + 1)
+    if batched and loss is None and _stackable(model):
+        _train_stacked(model, models, clients, weights, steps=steps, local_steps=local_steps, lr=lr,
+                       record=record if callback is not None else None)
+        return run
     for r in steps:
         for client_model, data in zip(models, clients):
             local_train(client_model, data.x, data.y, steps=local_steps, lr=lr, loss=loss)
@@ -250,3 +262,84 @@ def federated_train(
                 client_model.load_state_dict(state)
         record(r)
     return run
+
+
+def _stackable(model: nn.Module) -> bool:
+    """Whether :func:`_train_stacked` can run ``model``: no buffers, and every parameter trains."""
+    params = list(model.parameters())
+    return bool(params) and all(p.requires_grad for p in params) and not list(model.buffers())
+
+
+def _functional_forward(model: nn.Module) -> Callable[[dict[str, Tensor], Tensor], Tensor]:
+    """``forward(params, x)``: ``model``'s output with ``params`` in place of its parameters, vmap-able."""
+    from iclr24.federated.model import TwoLayerCNN, cnn_logits
+
+    if isinstance(model, TwoLayerCNN):  # its forward checks the input's values, which vmap cannot
+        return lambda params, x: cnn_logits(params["weight"], x, model.power)
+    return lambda params, x: torch.func.functional_call(model, params, (x,))
+
+
+def _padded(tensors: Sequence[Tensor], n: int, fill: float) -> Tensor:
+    """Stack tensors with different first dimensions, padding each with ``fill`` up to ``n`` rows."""
+    out = torch.full((len(tensors), n, *tensors[0].shape[1:]), fill, dtype=tensors[0].dtype)
+    for k, t in enumerate(tensors):
+        out[k, :t.shape[0]] = t
+    return out
+
+
+def _train_stacked(model: nn.Module, models: list[nn.Module], clients: list[ClientData], weights: Tensor, *,
+                   steps, local_steps: int, lr: float, record: Callable[[int], None] | None) -> None:
+    """The rounds of :func:`federated_train` with the K client models stacked along a leading dimension:
+    ``params[name]`` is ``(K, *shape)``, the forward pass is vmapped over clients, and the sum of the clients'
+    mean losses is differentiated once (client k's parameters only reach client k's loss, so its gradient is
+    client k's own). Writes the final parameters (and, before each ``record``, the current ones) into
+    ``models``."""
+    k = len(clients)
+    for c in clients:
+        _check_labels(c.x, c.y)
+    sizes = [c.num_examples for c in clients]
+    n = max(sizes)
+    binary = clients[0].y.is_floating_point()
+    x = _padded([c.x for c in clients], n, 0.0)                          # (K, n, ...)
+    y = _padded([c.y for c in clients], n, 1.0 if binary else 0)         # padding: any valid label
+    equal = len(set(sizes)) == 1
+    if not equal:  # client k's mean over its own n_k samples: weight 1 / n_k, padding 0
+        share = torch.zeros(k, n)
+        for i, size in enumerate(sizes):
+            share[i, :size] = 1.0 / size
+    names = [name for name, _ in model.named_parameters()]
+    params = {name: p.detach().unsqueeze(0).repeat(k, *([1] * p.dim())).requires_grad_()
+              for name, p in model.named_parameters()}
+    forward = torch.func.vmap(_functional_forward(model))
+    mix = not torch.equal(weights, torch.eye(k, dtype=weights.dtype))
+    a = weights.to(torch.float64)
+
+    def write_back() -> None:
+        with torch.no_grad():
+            for i, client_model in enumerate(models):
+                for name, p in client_model.named_parameters():
+                    p.copy_(params[name][i])
+
+    for r in steps:
+        for _ in range(local_steps):
+            out = forward(params, x)
+            if binary:
+                per_sample = F.softplus(-y * _binary_logits(out.flatten(0, 1), k * n).view(k, n))
+            else:
+                per_sample = F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view(k, n)
+            losses = per_sample.mean(1) if equal else (per_sample * share).sum(1)    # (K,)
+            if not bool(torch.isfinite(losses).all()):
+                raise FloatingPointError(f"local training diverged (losses {losses.detach().tolist()}); lower lr "
+                                         f"(got {lr:g})")
+            grads = torch.autograd.grad(losses.sum(), [params[name] for name in names])
+            with torch.no_grad():
+                for name, g in zip(names, grads):
+                    params[name].sub_(lr * g)
+        if mix:  # as mix_state_dicts: sum_k' A[k, k'] theta_k' in float64
+            with torch.no_grad():
+                for p in params.values():
+                    p.copy_(torch.tensordot(a, p.to(torch.float64), dims=1).to(p.dtype))
+        if record is not None:
+            write_back()
+            record(r)
+    write_back()

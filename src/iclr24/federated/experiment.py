@@ -121,7 +121,7 @@ def _synthetic(cfg: Config, signal_norm: float, heterogeneity: str, method: str,
         return {"signal": signal, "noise": noise}
 
     run = federated_train(model, data.clients, rounds=cfg.rounds, local_steps=cfg.local_steps, lr=cfg.lr,
-                          aggregation=method, callback=measure if lens else None)
+                          aggregation=method, callback=measure if lens else None, batched=True)
     return _mean_error(run.models, data.clients), run.history
 
 
@@ -130,7 +130,7 @@ def _digits(cfg: Config, alpha: float, method: str, seed: int) -> float:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, cfg.digits_hidden), nn.ReLU(), nn.Linear(cfg.digits_hidden, 10))
     run = federated_train(model, data.clients, rounds=cfg.digits_rounds, local_steps=cfg.local_steps, lr=cfg.lr,
-                          aggregation=method)
+                          aggregation=method, batched=True)
     return _mean_error(run.models, data.clients)
 
 

@@ -7,7 +7,22 @@ from torch import Tensor, nn
 
 from iclr24.core import check_int, check_number, check_tensor
 
-__all__ = ["TwoLayerCNN", "noise_memorisation", "signal_learning"]
+__all__ = ["TwoLayerCNN", "cnn_logits", "noise_memorisation", "signal_learning"]
+
+
+def cnn_logits(weight: Tensor, x: Tensor, power: float = 1.0) -> Tensor:
+    """:class:`TwoLayerCNN`'s forward pass as a pure function of its filters, without input checks, so that
+    ``torch.func.vmap`` can run many clients' models at once.
+
+    Shapes:
+        weight: ``(2, m, d)``; x: ``(n, patches, d)``; output: ``(n,)``.
+    """
+    pre = torch.einsum("npd,jrd->njrp", x.to(weight.dtype), weight)
+    act = torch.relu(pre)
+    if power != 1.0:
+        act = act.pow(power)
+    per_sign = act.sum(dim=(2, 3)) / weight.shape[1]   # (n, 2): F_{+1}, F_{-1}
+    return per_sign[:, 0] - per_sign[:, 1]
 
 
 class TwoLayerCNN(nn.Module):
@@ -46,13 +61,7 @@ class TwoLayerCNN(nn.Module):
             raise ValueError(f"x must have d={self.d} features per patch, got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {str(x.dtype).replace('torch.', '')}")
-        x = x.to(self.weight.dtype)
-        pre = torch.einsum("npd,jrd->njrp", x, self.weight)
-        act = torch.relu(pre)
-        if self.power != 1.0:
-            act = act.pow(self.power)
-        per_sign = act.sum(dim=(2, 3)) / self.m          # (n, 2): F_{+1}, F_{-1}
-        return per_sign[:, 0] - per_sign[:, 1]
+        return cnn_logits(self.weight, x, self.power)
 
     def extra_repr(self) -> str:
         return f"d={self.d}, m={self.m}, power={self.power:g}, init_std={self.init_std:g}"
