@@ -56,6 +56,11 @@ def test_clustered_digraphs_have_bonds_heavy_clusters_and_a_target_of_the_collap
 
     graphs = clustered_digraphs(5, seed=0)
     assert [g.y for g in graphs] == [g.y for g in clustered_digraphs(5, seed=0)]  # seeded
+    again, collapsed = clustered_digraphs(5, seed=0, return_collapsed=True)  # the coarse graphs, computed once
+    for data, coarse in zip(again, collapsed):
+        expected = collapse_graph(data)
+        assert set(coarse.keys()) == set(expected.keys())
+        assert all(torch.equal(coarse[key], expected[key]) for key in expected.keys())
     for data in graphs:
         heavy = data.edge_index[:, data.heavy]
         # every heavy edge has a twin of the same weight the other way (bonds)
@@ -160,3 +165,40 @@ def test_faber_conv_follows_double_edge_weights():
     out = conv(torch.randn(3, 2, dtype=torch.float64), torch.tensor([[0, 1], [1, 2]]),
                torch.tensor([1.0, 2.0], dtype=torch.float64))
     assert out.dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", ["MLP", "GCN", "DirGNN", "FaberNet"])
+def test_training_reads_validation_from_the_training_pass_like_a_separate_evaluation(name):
+    """The one-forward-an-epoch loop picks the same best epoch and test accuracy as evaluating after each step."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from iclr24.holonets import experiment as ex
+
+    cfg = ex.Config(epochs=12, hidden=8)
+    data = flow_dsbm(200, seed=3)
+
+    def reference(model):
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        best = (-1.0, None, None)
+        for epoch in range(cfg.epochs):
+            model.train()
+            opt.zero_grad()
+            F.cross_entropy(model(data.x, data.edge_index)[data.train_mask], data.y[data.train_mask]).backward()
+            opt.step()
+            val = ex._accuracy(model, data, "val_mask")
+            if val > best[0]:
+                best = (val, copy.deepcopy(model.state_dict()), epoch)
+        model.load_state_dict(best[1])
+        return model, ex._accuracy(model, data, "test_mask")
+
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(ex._make_model(name, data.num_features, cfg.hidden, int(data.y.max()) + 1, cfg))
+    ours, acc = ex._train(models[0], data, cfg)
+    theirs, expected = reference(models[1])
+    assert acc == expected
+    for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()):
+        assert torch.equal(a, b)

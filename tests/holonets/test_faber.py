@@ -251,3 +251,19 @@ def test_fabernet_options_change_what_they_should():
         FaberNet(3, 6, 4, normalize="rows")
     with pytest.raises(ValueError, match="negative_slope must be one number or one per layer \\(2\\)"):
         FaberNet(3, 6, 4, negative_slope=[0.0, 0.1, 0.2])
+
+
+def test_operators_are_cached_per_graph_and_recomputed_when_it_changes():
+    torch.manual_seed(0)
+    conv = FaberConv(3, 4, K=2)
+    x = torch.randn(6, 3)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 0], [1, 2, 3, 4, 5, 0, 3]])
+    weight = torch.rand(7) + 0.5
+    first = conv(x, edge_index, weight)
+    assert torch.equal(conv(x, edge_index, weight), first)
+    weight[0] = 5.0                                          # edited in place: no stale operator
+    changed = conv(x, edge_index, weight)
+    conv._operators.clear()
+    assert torch.equal(conv(x, edge_index, weight), changed) and not torch.allclose(changed, first)
+    with pytest.raises(ValueError, match="edge_index holds node ids"):  # a new graph is still checked
+        conv(x, edge_index + 1, weight)

@@ -268,3 +268,33 @@ def test_float32_inputs_are_solved_in_float64():
 def test_project_averages_integer_signals_as_reals():
     collapsed = collapse_clusters(torch.tensor([[0, 1], [1, 0]]), 3, heavy=torch.tensor([True, True]))
     assert collapsed.project(torch.tensor([1, 2, 5])).tolist() == pytest.approx([1.5, 5.0])
+
+
+def test_the_graph_cache_reuses_factors_only_for_the_same_unmodified_graph():
+    """The LU factors are cached per graph: a second pass equals a fresh layer's, and a changed graph (another
+    tensor, or the same one edited in place) is factorised anew."""
+    from iclr24.holonets import GraphCache
+
+    torch.manual_seed(0)
+    conv = ResolventConv(3, 4, K=2, omega=0.7).double()
+    fresh = ResolventConv(3, 4, K=2, omega=0.7).double()
+    fresh.load_state_dict(conv.state_dict())
+    x = torch.randn(5, 3, dtype=torch.float64)
+    w = torch.tensor(WEIGHTS, dtype=torch.float64)
+    first = conv(x, EDGE_INDEX, w)
+    assert torch.equal(conv(x, EDGE_INDEX, w), first)
+    w.mul_(3.0)                                               # in place: the version counter moves
+    assert torch.equal(conv(x, EDGE_INDEX, w), fresh(x, EDGE_INDEX, w))
+    assert not torch.allclose(conv(x, EDGE_INDEX, w), first)
+    other = w.clone() / 3.0                                   # another tensor with the first values
+    torch.testing.assert_close(conv(x, EDGE_INDEX, other), first, rtol=0, atol=1e-12)
+    learned = torch.tensor(WEIGHTS, dtype=torch.float64, requires_grad=True)
+    conv(x, EDGE_INDEX, learned).sum().backward()             # learned weights bypass the cache: gradients flow
+    assert learned.grad is not None and learned.grad.abs().sum() > 0
+
+    cache, calls = GraphCache(size=2), []
+    graphs = [torch.tensor([[0], [i]]) for i in range(3)]
+    for g in graphs + graphs[:1]:                             # size 2: the first graph was evicted
+        cache((g, 5000), lambda: calls.append(1))
+    cache((graphs[0], 5000), lambda: calls.append(1))         # a hit, with an int that is not interned
+    assert len(calls) == 4

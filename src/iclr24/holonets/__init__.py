@@ -17,6 +17,7 @@ imported when first used.
 
 from iclr24.holonets.operators import (
     CollapsedGraph,
+    GraphCache,
     characteristic_operator,
     collapse_clusters,
     dense_characteristic_operator,
@@ -39,7 +40,7 @@ _LAZY = {
     "load_real_dataset": "iclr24.holonets.data",
 }
 
-__all__ = ["CollapsedGraph", "ResolventConv", "characteristic_operator", "collapse_clusters",
+__all__ = ["CollapsedGraph", "GraphCache", "ResolventConv", "characteristic_operator", "collapse_clusters",
            "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum", *_LAZY]
 
 

@@ -15,7 +15,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.holonets.operators import _characteristic_operator, check_graph
+from iclr24.holonets.operators import GraphCache, _characteristic_operator, check_graph
 
 __all__ = ["FaberConv", "FaberNet"]
 
@@ -84,6 +84,7 @@ class FaberConv(MessagePassing):
         self.lins_bwd = nn.ModuleDict({p: linears(K) for p in parts})
         self.lin_root = nn.ModuleDict({p: linears(1) for p in parts}) if root_weight else None
         self.bias = nn.ParameterDict({p: nn.Parameter(torch.empty(out_channels)) for p in parts}) if bias else None
+        self._operators = GraphCache()  # T and T' of the graphs seen last (a fixed graph: computed once)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -101,12 +102,9 @@ class FaberConv(MessagePassing):
         check_tensor("x", x, ndim=2, shape_doc="(num_nodes, in_channels)")
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} channels, this layer expects in_channels={self.in_channels}")
-        check_graph(edge_index, x.size(0), edge_weight)
         n = x.size(0)
-        ops = {
-            "fwd": _characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=False),
-            "bwd": _characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=True),
-        }
+        ops = self._operators((edge_index, edge_weight, n, self.exponent),
+                              lambda: self._characteristic_operators(edge_index, n, edge_weight))
         out = self._linear(self.lin_root, 0, x) if self.lin_root is not None else 0
         iterates = {"fwd": x, "bwd": x}
         alpha = self.alpha.reshape(()) if isinstance(self.alpha, Tensor) else self.alpha
@@ -118,6 +116,13 @@ class FaberConv(MessagePassing):
             out = out + (torch.complex(self.bias["real"], self.bias["imag"]) if self.complex_weights
                          else self.bias["real"])
         return out
+
+    def _characteristic_operators(self, edge_index: Tensor, n: int, edge_weight: Tensor | None) -> dict:
+        check_graph(edge_index, n, edge_weight)
+        return {
+            "fwd": _characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=False),
+            "bwd": _characteristic_operator(edge_index, n, edge_weight, exponent=self.exponent, reverse=True),
+        }
 
     def _decay(self, k: int) -> float:
         """The weight of the (k+1)-th power's term."""

@@ -151,7 +151,7 @@ def load_real_dataset(name: str, root: str | Path):
 
 def clustered_digraphs(num_graphs: int, *, min_clusters: int = 5, max_clusters: int = 10, max_cluster_size: int = 4,
                        feature_dim: int = 4, out_degree: float = 1.5, directed_clusters: bool = False,
-                       seed: int = 0) -> list:
+                       seed: int = 0, return_collapsed: bool = False) -> list | tuple[list, list]:
     """Small weighted directed graphs, molecule-like: clusters of 1..``max_cluster_size`` nodes bound by
     heavy edges, and light edges between clusters.
 
@@ -168,6 +168,8 @@ def clustered_digraphs(num_graphs: int, *, min_clusters: int = 5, max_clusters: 
     ``y = sum_c mu_c (tanh(sum_{c->d} w_cd s_d - sum_{d->c} w_dc s_d) + u_c / 2)``, out-neighbours
     minus in-neighbours, so direction matters. Each ``Data`` has ``x``, ``edge_index``,
     ``edge_weight`` (heavy edges at scale 1), ``heavy`` (bool per edge), ``node_weight`` and ``y`` (1,).
+    With ``return_collapsed`` the collapsed graphs the targets were computed from come too, as
+    ``(graphs, collapsed)``: each is ``collapse_graph(graphs[i])``, ``y`` included, computed once.
     """
     from torch_geometric.data import Data
 
@@ -179,7 +181,7 @@ def clustered_digraphs(num_graphs: int, *, min_clusters: int = 5, max_clusters: 
     check_int("max_cluster_size", max_cluster_size, minimum=1)
     check_int("feature_dim", feature_dim, minimum=2)
     g = torch.Generator().manual_seed(seed)
-    graphs = []
+    graphs, collapsed = [], []
     for _ in range(num_graphs):
         n_clusters = int(torch.randint(min_clusters, max_clusters + 1, (1,), generator=g))
         sizes = torch.randint(1, max_cluster_size + 1, (n_clusters,), generator=g)
@@ -213,9 +215,11 @@ def clustered_digraphs(num_graphs: int, *, min_clusters: int = 5, max_clusters: 
                     edge_weight=torch.cat(weights) if weights else torch.zeros(0),
                     heavy=torch.cat(heavy) if heavy else torch.zeros(0, dtype=torch.bool),
                     node_weight=torch.ones(n))
-        data.y = _collapsed_target(collapse_graph(data))
+        coarse = collapse_graph(data)
+        data.y = coarse.y = _collapsed_target(coarse)
         graphs.append(data)
-    return graphs
+        collapsed.append(coarse)
+    return (graphs, collapsed) if return_collapsed else graphs
 
 
 def _collapsed_target(coarse) -> Tensor:

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_number, check_tensor
-from iclr24.holonets.operators import check_graph, check_node_weight
+from iclr24.holonets.operators import GraphCache, check_graph, check_node_weight
 
 __all__ = ["ResolventConv"]
 
@@ -72,6 +72,7 @@ class ResolventConv(nn.Module):
         self.lins_bwd = nn.ModuleList(nn.Linear(in_channels, out_channels, bias=False) for _ in range(K))
         self.lin_root = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._factors = GraphCache()  # the resolvents' LU factors of the graphs seen last
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -88,34 +89,41 @@ class ResolventConv(nn.Module):
             raise ValueError("x has no nodes: ResolventConv needs at least one node")
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} channels, this layer expects in_channels={self.in_channels}")
-        check_graph(edge_index, x.size(0), edge_weight)
-        check_node_weight(node_weight, x.size(0))
+        n = x.size(0)
+        mask, factors = self._factors((edge_index, edge_weight, batch, node_weight, n, self.omega),
+                                      lambda: self._factorise(edge_index, n, edge_weight, batch, node_weight))
+        features = torch.zeros(*mask.shape, x.size(1), dtype=torch.float64, device=x.device)
+        features[mask] = x.to(torch.float64)
+        out = self.lin_root(x) if self.lin_root is not None else 0
+        for weight, lins, (LU, pivots) in ((self.alpha, self.lins_fwd, factors[0]),
+                                           (1.0 - self.alpha, self.lins_bwd, factors[1])):
+            if weight == 0.0:
+                continue
+            z = features
+            for k in range(self.K):  # R z, R^2 z, ..., R^K z
+                z = torch.linalg.lu_solve(LU, pivots, z)
+                out = out + weight * lins[k](z[mask].to(x.dtype))
+        return out + self.bias if self.bias is not None else out
+
+    def _factorise(self, edge_index: Tensor, n: int, edge_weight: Tensor | None, batch: Tensor | None,
+                   node_weight: Tensor | None) -> tuple[Tensor, tuple]:
+        """The real-node mask and, for ``A`` and ``A^T``, the LU factors of ``omega + M^-1 (D_out - A)``, the
+        inverse of the resolvent ``R``, per graph of the batch (float64)."""
+        check_graph(edge_index, n, edge_weight)
+        check_node_weight(node_weight, n)
         if edge_weight is not None and edge_weight.is_complex():
             raise TypeError("edge_weight must be real")
         solve = torch.float64
-        adjacency, mask = _dense_batch_adjacency(edge_index, x.size(0), edge_weight, batch, solve)
-        features = torch.zeros(*mask.shape, x.size(1), dtype=solve, device=x.device)
-        features[mask] = x.to(solve)
-        mu = torch.ones(mask.shape, dtype=solve, device=x.device)  # padding nodes weigh 1
+        adjacency, mask = _dense_batch_adjacency(edge_index, n, edge_weight, batch, solve)
+        mu = torch.ones(mask.shape, dtype=solve, device=edge_index.device)  # padding nodes weigh 1
         if node_weight is not None:
             mu[mask] = node_weight.to(solve)
-        out = self.lin_root(x) if self.lin_root is not None else 0
-        for weight, lins, A in ((self.alpha, self.lins_fwd, adjacency),
-                                (1.0 - self.alpha, self.lins_bwd, adjacency.transpose(1, 2))):
-            if weight == 0.0:
-                continue
-            for k, power in enumerate(self._resolvent_powers(A, mu, features)):
-                out = out + weight * lins[k](power[mask].to(x.dtype))
-        return out + self.bias if self.bias is not None else out
-
-    def _resolvent_powers(self, A: Tensor, mu: Tensor, z: Tensor):
-        """``R z, R^2 z, ..., R^K z`` with ``R = (omega + M^-1 (D_out - A))^-1`` per graph of the batch."""
-        eye = torch.eye(A.size(-1), dtype=A.dtype, device=A.device)
-        system = self.omega * eye + (torch.diag_embed(A.sum(-1)) - A) / mu[..., None]
-        LU, pivots = torch.linalg.lu_factor(system)
-        for _ in range(self.K):
-            z = torch.linalg.lu_solve(LU, pivots, z)
-            yield z
+        eye = torch.eye(adjacency.size(-1), dtype=solve, device=edge_index.device)
+        factors = []
+        for A in (adjacency, adjacency.transpose(1, 2)):
+            system = self.omega * eye + (torch.diag_embed(A.sum(-1)) - A) / mu[..., None]
+            factors.append(torch.linalg.lu_factor(system))
+        return mask, tuple(factors)
 
     def __repr__(self) -> str:
         root = ", root_weight=True" if self.lin_root is not None else ""
