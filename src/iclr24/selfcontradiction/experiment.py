@@ -89,7 +89,9 @@ class Config:
 
 PRESETS = {
     "smoke": Config(entities=5, llm_pairs=4, vote_pairs=0, plumbing_prompts=0),
-    "quick": Config(),
+    # 4 vote pairs and a 30-token plumbing text keep quick near 130 s of CPU; every verdict is the one at 10 and 60
+    # (docs/selfcontradiction.md, "Profile and run time"): the detection claim is judged on the single-pass detector
+    "quick": Config(vote_pairs=4, plumbing_tokens=30),
     "paper": Config(entities=300, vote_pairs=110, llm_votes=10, explanation_tokens=160, plumbing_prompts=2,
                     plumbing_tokens=200),
 }
