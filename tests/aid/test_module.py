@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from iclr24.aid import AID, competitive_attention, elu_plus_one
+from iclr24.aid.module import shared_forward
 
 
 def _reference(aid: AID, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -131,6 +132,33 @@ def test_share_with_ties_everything_but_the_initial_map():
     own = sum(p.numel() for p in write.parameters()) + read.initial.weight.numel() + read.initial.bias.numel()
     assert sum(p.numel() for p in both.parameters()) == own
 
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_shared_forward_equals_the_tied_modules_one_by_one(train):
+    torch.manual_seed(0)
+    write = AID(4, 3, 3, 5).double().train(train)
+    read = AID(4, 3, 2, 5, share_with=write).double().train(train)
+    x = torch.randn(6, 7, 3, 4, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(1)  # the same dropout masks: drawn module by module, in order
+    one_by_one = [m(x, return_attention=True) for m in (write, read)]
+    torch.manual_seed(1)
+    joint = shared_forward([write, read], x)
+    for (out, attention), (out_joint, attention_joint) in zip(one_by_one, joint):
+        assert attention_joint.shape == attention.shape == (6, 7, 2, 3, out.shape[-2])
+        torch.testing.assert_close(out_joint, out, atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(attention_joint, attention, atol=1e-12, rtol=1e-12)
+    grads = [torch.autograd.grad(sum(o.sin().sum() for o, _ in outs), [x, *write.parameters(), *read.parameters()])
+             for outs in (one_by_one, joint)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
+def test_shared_forward_needs_tied_modules():
+    with pytest.raises(ValueError, match="tied by share_with"):
+        shared_forward([AID(4, 3, 3, 5), AID(4, 3, 2, 5)], torch.randn(2, 3, 4))
+    with pytest.raises(TypeError, match="non-empty sequence of AID"):
+        shared_forward([], torch.randn(2, 3, 4))
 
 def test_repr_names_the_sizes():
     assert "n_components=3, component_dim=5, iterations=2" in repr(AID(4, 3, 3, 5))

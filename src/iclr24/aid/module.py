@@ -13,6 +13,7 @@ attention ``(*, iterations, n_inputs, n_components)``; ``*`` is any batch shape 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,7 @@ from torch import nn
 
 from iclr24.core.checks import check_int, check_number, check_tensor
 
-__all__ = ["AID", "competitive_attention", "elu_plus_one"]
+__all__ = ["AID", "competitive_attention", "elu_plus_one", "shared_forward"]
 
 
 def _dtype(module: nn.Module) -> torch.dtype:
@@ -174,3 +175,47 @@ class AID(nn.Module):
     def extra_repr(self) -> str:
         return (f"input_dim={self.input_dim}, n_inputs={self.n_inputs}, n_components={self.n_components}, "
                 f"component_dim={self.component_dim}, iterations={self.iterations}")
+
+
+_SHARED = ("to_q", "to_k", "to_v", "norm", "mlp", "output", "dropout")
+
+
+def shared_forward(modules: Sequence[AID], x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``[m(x, return_attention=True) for m in modules]`` in one pass, for AIDs tied by ``share_with``.
+
+    Tied modules differ in their initial maps only, so their keys and values are the same and every per-component
+    map (queries, LayerNorm, update MLP, output) can run on all their components at once; only the competition
+    (the softmax over components) stays within each module. The same numbers as the modules one by one (up to
+    floating-point order; tested), with the dropout masks drawn in the same order; about half the operations.
+    """
+    if not modules or not all(isinstance(m, AID) for m in modules):
+        raise TypeError("modules must be a non-empty sequence of AID modules")
+    first = modules[0]
+    if first.iterations == 0 or any(m.initial is None or m.iterations != first.iterations or m.eps != first.eps
+                                    or any(getattr(m, n) is not getattr(first, n) for n in _SHARED)
+                                    or (m.n_inputs, m.input_dim) != (first.n_inputs, first.input_dim)
+                                    for m in modules):
+        raise ValueError("shared_forward needs AIDs with iterations >= 1 and their own initial maps, tied by "
+                         "share_with (the same attention, update and output maps, iterations and eps)")
+    x = check_tensor("x", x, min_ndim=2, dtypes=(_dtype(first),), shape_doc="(*, n_inputs, input_dim)")
+    if x.shape[-2:] != (first.n_inputs, first.input_dim):
+        raise ValueError(f"x must end in (n_inputs, input_dim) = ({first.n_inputs}, {first.input_dim}), "
+                         f"got shape {tuple(x.shape)}")
+    D = first.component_dim
+    sizes = [m.n_components for m in modules]
+    initial = [m.initial(x.flatten(-2)).unflatten(-1, (m.n_components, D)) for m in modules]  # (*, Nc_m, D) each
+    s0 = torch.cat(initial, dim=-2)  # (*, sum Nc, D)
+    k = elu_plus_one(first.to_k(x))  # (*, N, D)
+    v = first.to_v(x)  # (*, N, D)
+    s = s0
+    maps = []
+    for _ in range(first.iterations):
+        q = elu_plus_one((first.to_q(s) + s0) / math.sqrt(D))  # (*, sum Nc, D)
+        a = torch.cat([competitive_attention(k, q_m, first.eps) for q_m in q.split(sizes, dim=-2)], dim=-1)
+        u = a.transpose(-1, -2) @ v  # (*, sum Nc, D)
+        s = s + first.mlp(first.norm(u)) / D
+        maps.append(a)
+    dropped = torch.cat([first.dropout(s0_m) for s0_m in initial], dim=-2)  # one draw per module, in order
+    out = first.output(torch.cat([dropped, s], dim=-1))
+    attention = torch.stack(maps, dim=-3)  # (*, iterations, N, sum Nc)
+    return list(zip(out.split(sizes, dim=-2), attention.split(sizes, dim=-1)))

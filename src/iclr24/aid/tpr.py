@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from iclr24.aid.module import AID, _dtype, elu_plus_one
+from iclr24.aid.module import AID, _dtype, elu_plus_one, shared_forward
 from iclr24.core.checks import check_int, check_number, check_tensor
 
 __all__ = ["FastWeightMemory", "LinearTransformerLayer", "causal_linear_attention", "memory_reads", "tpr_read",
@@ -120,13 +120,18 @@ def memory_reads(write: torch.Tensor, read: torch.Tensor, gate: torch.Tensor, sc
     r1, r2, filler = write.unbind(2)  # (B, T, D) each
     keys = (r1 @ r1.transpose(1, 2)) * (r2 @ r2.transpose(1, 2))  # (B, T, T): <r1_t (x) r2_t, r1_s (x) r2_s>
     first = (read[:, :, 0] @ r1.transpose(1, 2)) * (read[:, :, 1] @ r2.transpose(1, 2))  # first read's weights
+    # Only the writes are sequential (each delta depends on what the memory stored before it). The loop records,
+    # for every step t, the shrink factor each delta_s carries then (row t of `carried`, zero for s > t); the
+    # reads, which nothing later depends on, are then computed for all steps at once.
     deltas: list[torch.Tensor] = []  # delta_s: what step s added, before later shrinking
-    weight = write.new_zeros(B, 0)  # (B, t): the shrink factor each delta_s carries now
+    weight = write.new_zeros(B, T)  # the shrink factor each delta_s carries now (0 for steps not yet written)
+    steps = torch.eye(T, dtype=write.dtype, device=write.device)
     squared_norm = write.new_zeros(B)
-    reads = []
+    carried = []
     for t in range(T):
         if t:
-            stored = torch.einsum("bs,bsd->bd", weight * keys[:, t, :t], torch.stack(deltas, 1))  # M(r1 (x) r2)
+            stored = torch.einsum("bs,bsd->bd", weight[:, :t] * keys[:, t, :t],
+                                  torch.stack(deltas, 1))  # M(r1 (x) r2)
         else:
             stored = torch.zeros_like(filler[:, 0])
         delta = scale * gate[:, t] * (filler[:, t] - stored)
@@ -134,17 +139,18 @@ def memory_reads(write: torch.Tensor, read: torch.Tensor, gate: torch.Tensor, sc
                         + keys[:, t, t] * delta.square().sum(-1)).clamp_min(0.0)
         shrink = squared_norm.clamp_min(1.0).sqrt()  # max(||M||, 1)
         squared_norm = squared_norm / shrink.square()
-        weight = torch.cat([weight, torch.ones_like(shrink)[:, None]], dim=1) / shrink[:, None]
+        weight = (weight + steps[t]) / shrink[:, None]
         deltas.append(delta)
-        stacked = torch.stack(deltas, 1)  # (B, t + 1, D)
-        u = torch.einsum("bs,bsd->bd", weight * first[:, t, : t + 1], stacked)
+        carried.append(weight)
+    carried = torch.stack(carried, 1)  # (B, T, T): lower triangular
+    stacked = torch.stack(deltas, 1)  # (B, T, D)
+    u = (carried * first) @ stacked  # (B, T, D): the read of every step, after its write
+    u = norm(u) if norm is not None else u
+    for i in range(2, read.shape[2]):  # the chained reads key the memory with the previous read
+        w = (u @ r1.transpose(1, 2)) * (read[:, :, i] @ r2.transpose(1, 2))  # (B, T, T)
+        u = (carried * w) @ stacked
         u = norm(u) if norm is not None else u
-        for i in range(2, read.shape[2]):  # the chained reads key the memory with the previous read
-            w = (u[:, None] * r1[:, : t + 1]).sum(-1) * (read[:, t, i, None] * r2[:, : t + 1]).sum(-1)
-            u = torch.einsum("bs,bsd->bd", weight * w, stacked)
-            u = norm(u) if norm is not None else u
-        reads.append(u)
-    return torch.stack(reads, dim=1)
+    return u
 
 
 class FastWeightMemory(nn.Module):
@@ -226,8 +232,12 @@ class FastWeightMemory(nn.Module):
         D = self.component_dim
         c = self.features(x)  # (B, T, N, H)
         c_cat = c.flatten(2)  # (B, T, N * H)
-        write, write_attention = self.write_decomposition(c, return_attention=True)  # (B, T, 3, D)
-        read, read_attention = self.read_decomposition(c, return_attention=True)  # (B, T, 1 + R, D)
+        if self.write_decomposition.iterations:  # the two AIDs are tied: one pass over both (the same numbers)
+            (write, write_attention), (read, read_attention) = shared_forward(
+                [self.write_decomposition, self.read_decomposition], c)
+        else:
+            write, write_attention = self.write_decomposition(c, return_attention=True)  # (B, T, 3, D)
+            read, read_attention = self.read_decomposition(c, return_attention=True)  # (B, T, 1 + R, D)
         write, read = torch.tanh(write), torch.tanh(read)
         gate = torch.sigmoid(self.write_gate(c_cat) + 1.0)  # (B, T, 1); +1 opens the gate at the start
 
