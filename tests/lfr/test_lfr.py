@@ -163,6 +163,33 @@ def test_predictor_phase_leaves_the_encoder_without_gradients_and_encoder_phase_
     assert all(p.grad is not None for p in model.predictors.parameters())
 
 
+
+def test_a_phase_computes_gradients_only_for_its_own_parameters_and_trains_exactly_as_before(monkeypatch):
+    import contextlib
+
+    import iclr24.lfr.training as training
+
+    X = torch.randn(60, 5)
+    seen = []
+    original_step = torch.optim.Adam.step
+
+    def step(self, *args, **kwargs):
+        seen.append({id(p) for p in self.param_groups[0]["params"]} == {id(p) for p in outs[-1].parameters()
+                                                                         if p.grad is not None})
+        return original_step(self, *args, **kwargs)
+
+    outs = []
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    outs.append(make_lfr(n_projectors=2, n_candidates=4))
+    outs[-1].fit(X, epochs=2, batch_size=16, lr=1e-2, generator=torch.Generator().manual_seed(0))
+    assert seen and all(seen)  # at every step, only the stepped phase's parameters hold gradients
+    assert all(p.requires_grad for p in [*outs[-1].encoder.parameters(), *outs[-1].predictors.parameters()])
+    monkeypatch.setattr(training, "_only_trained", lambda *a: contextlib.nullcontext())
+    outs.append(make_lfr(n_projectors=2, n_candidates=4))
+    outs[-1].fit(X, epochs=2, batch_size=16, lr=1e-2, generator=torch.Generator().manual_seed(0))
+    assert not all(seen)  # without it the encoder phase computed the heads' gradients too
+    assert torch.equal(outs[0].transform(X), outs[1].transform(X))  # the same training, bit for bit
+
 def test_without_predictor_epochs_the_heads_stay_at_initialisation():
     model = make_lfr(n_projectors=2, diversity=None, pred_epochs=0)
     heads = [p.clone() for p in model.predictors.parameters()]

@@ -8,6 +8,7 @@ LFR alternates an encoder phase with predictor-only phases.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,22 @@ def minibatches(n: int, batch_size: int, generator: torch.Generator | None) -> I
         batch = order[start:start + batch_size]
         if len(batch) > 1:
             yield batch
+
+
+@contextmanager
+def _only_trained(module: nn.Module, parameters: Sequence[nn.Parameter]) -> Iterator[None]:
+    """Within the block, no gradient for ``module``'s parameters outside ``parameters``: a phase's optimiser steps
+    its own parameters only and every step starts from ``zero_grad``, so the others' gradients were computed only
+    to be discarded (LFR's encoder phase would spend a third of its heads' arithmetic on them)."""
+    own = {id(p) for p in parameters}
+    others = [p for p in module.parameters() if p.requires_grad and id(p) not in own]
+    for p in others:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in others:
+            p.requires_grad_(True)
 
 
 class SelfSupervised(nn.Module):
@@ -110,13 +127,14 @@ class SelfSupervised(nn.Module):
                     with torch.no_grad():
                         rows = phase.precompute(X)
                     loss_of = phase.loss
-                for _ in range(phase.passes):
-                    for batch in minibatches(len(X), batch_size, generator):
-                        loss = loss_of(rows[batch])
-                        self.zero_grad(set_to_none=True)
-                        loss.backward()
-                        optimiser.step()
-                        total, count = total + loss.item(), count + 1
+                with _only_trained(self, phase.parameters):
+                    for _ in range(phase.passes):
+                        for batch in minibatches(len(X), batch_size, generator):
+                            loss = loss_of(rows[batch])
+                            self.zero_grad(set_to_none=True)
+                            loss.backward()
+                            optimiser.step()
+                            total, count = total + loss.item(), count + 1
                 losses[phase.name] = total / max(count, 1)
             self._encoder_frozen = False
             self.encoder.train()
