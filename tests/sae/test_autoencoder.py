@@ -246,3 +246,26 @@ def test_training_config_and_activations_are_checked():
             SAETrainingConfig(**kwargs)
     with pytest.raises(ValueError, match="at least one row"):
         train_sae(torch.zeros(0, 4), SAETrainingConfig(steps=1))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_batched_training_gives_the_saes_trained_one_at_a_time(tied):
+    """train_saes stacks SAEs (shared or separate data, several seeds, centred or not): same SAEs as train_sae."""
+    from iclr24.sae import train_saes
+
+    d0, _ = toy_superposition(2000, d=8, n_features=16, seed=0)
+    d1, _ = toy_superposition(2000, d=8, n_features=16, seed=1)
+    cfgs = [SAETrainingConfig(d_sae=16, l1_coefficient=l1, tied=tied, steps=30, batch_size=64, seed=seed, centre=c)
+            for seed in (0, 1) for l1 in (1e-3, 1e-2) for c in (False, True)]
+    data = [d0 if c.seed == 0 else d1 for c in cfgs]
+    for cfg, x, batched in zip(cfgs, data, train_saes(data, cfgs)):
+        alone = train_sae(x, cfg)
+        torch.testing.assert_close(batched.dictionary, alone.dictionary, rtol=0, atol=1e-6)
+        torch.testing.assert_close(batched.b_enc, alone.b_enc, rtol=0, atol=1e-6)
+        torch.testing.assert_close(batched.b_dec, alone.b_dec)
+        if not tied:
+            torch.testing.assert_close(batched.encoder, alone.encoder, rtol=0, atol=1e-6)
+    shared = train_saes(d0, cfgs[:2])  # one tensor for all
+    torch.testing.assert_close(shared[1].dictionary, train_sae(d0, cfgs[1]).dictionary, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="one tensor or one per config"):
+        train_saes([d0], cfgs[:2])

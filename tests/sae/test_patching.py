@@ -103,3 +103,21 @@ def test_autointerp_scores_a_perfect_simulation_as_one():
     explanation, score = explain_and_score(model, codes, tokens, 0, n_explain=3, n_simulate=4)
     assert explanation == "the letter b" and score > 0.8
     assert "b(10)" in model.calls[0]["prompt"][0]["content"]  # the explainer saw scaled activations
+
+
+@pytest.mark.parametrize("hook", ["blocks.1.hook_resid_pre", "blocks.0.hook_resid_post"])
+def test_speculative_batches_take_the_decisions_of_the_one_at_a_time_pass(hook):
+    """Candidates evaluated max_batch at a time give the sequential greedy pass's curve (fast and hooked paths)."""
+    torch.manual_seed(0)
+    data = ioi_dataset(templates=[0, 1])
+    model = HookedTinyTransformer(len(data.vocab), data.clean.shape[1], d_model=16, n_layers=3, n_heads=2, d_mlp=32)
+    acts = model.run_with_cache(data.clean[:40], ["blocks.1.hook_resid_pre"])[1]["blocks.1.hook_resid_pre"]
+    pca = baseline_decompositions(acts.flatten(0, 1))["PCA"]
+    args = (pca, data.clean[::97][:6], data.counterfactual[::97][:6], np.logspace(-7, -3, 6))
+    one = feature_patching_curve(model, hook, *args, max_batch=1)
+    many = feature_patching_curve(model, hook, *args, max_batch=16)
+    assert one["n_features"] == many["n_features"]
+    assert 0 < one["n_features"][-3] < one["n_features"][0]  # some features un-patched, some kept: both branches
+    np.testing.assert_allclose(one["kl"], many["kl"], rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="max_batch must be >= 1"):
+        feature_patching_curve(model, hook, *args, max_batch=0)

@@ -26,6 +26,7 @@ from iclr24.sae.training import (
     topk_fvu,
     toy_superposition,
     train_sae,
+    train_saes,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "topk_fvu",
     "toy_superposition",
     "train_sae",
+    "train_saes",
 ]

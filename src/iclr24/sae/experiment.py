@@ -54,6 +54,7 @@ from iclr24.sae.training import (  # noqa: E402
     topk_fvu,
     toy_superposition,
     train_sae,
+    train_saes,
 )
 
 PAPER = "Sparse Autoencoders Find Highly Interpretable Features in Language Models (Cunningham et al., ICLR 2024)"
@@ -167,13 +168,15 @@ PRESETS = {
     description="Sparse autoencoders on activations: dictionary features vs PCA/ICA/neurons.",
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
-    """SAEs vs PCA/ICA/neurons on toy superposition data and on a tiny IOI transformer."""
+    """SAEs vs PCA/ICA/neurons on toy superposition data and on a tiny IOI transformer.
+
+    FastICA, PCA and pinv run numpy's BLAS with the run's thread count: the runner limits its pool, whose waiting
+    threads otherwise cost ~20x the CPU time of one thread on a shared machine (measured)."""
     metrics, tables, figures = {}, {}, {}
 
     # 1. toy superposition, one dataset and sweep per replicate seed --------------------------------------
     sweep, toy_best, toy_base = [], [], []
-    for seed in ctx.replicate_seeds(cfg.toy_seeds):
-        rows, base = _toy_replicate(cfg, seed, ctx)
+    for rows, base in _toy_replicates(cfg, ctx.replicate_seeds(cfg.toy_seeds), ctx):
         sweep += rows
         toy_best.append(max(rows, key=lambda r: r["mmcs"]))
         toy_base.append(base)
@@ -289,7 +292,7 @@ def _real_lm(cfg: Config, ctx: RunContext):
     texts += [p.text for p in ioi_prompts(cfg.lm_ioi_texts, seed=ctx.seed + 1, tokenizer=lm.tokenizer)]
     tokens, lengths = lm.to_tokens(texts)
     tokens, lengths = tokens[:, :cfg.lm_max_tokens], lengths.clamp(max=cfg.lm_max_tokens)
-    acts = collect_activations(lm, tokens, hook, lengths=lengths, skip_first=1)
+    acts = _collect_by_length(lm, tokens, hook, lengths, skip_first=1)
     positions = torch.arange(tokens.shape[1])
     kept = (positions >= 1) & (positions < lengths[:, None])  # collect_activations' positions, text after text
     text_of = torch.arange(len(texts))[:, None].expand_as(kept)[kept]
@@ -317,10 +320,11 @@ def _real_lm(cfg: Config, ctx: RunContext):
                                     ica_max_iter=cfg.lm_ica_max_iter, ica_samples=cfg.lm_ica_samples)
     x_eval = held_out / scale
     frontier, saes = [], {}
-    for l1 in cfg.lm_l1_sweep:
-        sae = train_sae(train / scale, SAETrainingConfig(d_sae=cfg.lm_ratio * train.shape[1], l1_coefficient=l1,
-                                                         tied=cfg.lm_tied, steps=cfg.lm_sae_steps, batch_size=256,
-                                                         centre=True, seed=ctx.seed))
+    x_train = train / scale
+    lm_saes = train_saes(x_train, [SAETrainingConfig(d_sae=cfg.lm_ratio * train.shape[1], l1_coefficient=l1,
+                                                     tied=cfg.lm_tied, steps=cfg.lm_sae_steps, batch_size=256,
+                                                     centre=True, seed=ctx.seed) for l1 in cfg.lm_l1_sweep])
+    for l1, sae in zip(cfg.lm_l1_sweep, lm_saes):
         with torch.no_grad():
             rec, codes = sae(x_eval)
         k = l0(codes)
@@ -394,6 +398,26 @@ def _real_lm(cfg: Config, ctx: RunContext):
     return metrics, tables, figures, claims, notes
 
 
+def _collect_by_length(lm, tokens, hook, lengths, *, skip_first: int, batch_size: int = 64):
+    """``collect_activations(lm, tokens, hook, lengths=lengths, skip_first=skip_first)``, computed on batches of
+    prompts of similar length, each cut to its longest prompt, so padding is not run through the model.
+
+    Right padding never reaches a real position of a causal model, so the activations are the same (up to
+    floating-point order); they come back prompt after prompt in the original order.
+    """
+    order = torch.argsort(lengths, stable=True)
+    parts = {}
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        width = int(lengths[rows].max())
+        acts = collect_activations(lm, tokens[rows, :width], hook, lengths=lengths[rows], skip_first=skip_first,
+                                   batch_size=batch_size)
+        sizes = (lengths[rows] - skip_first).clamp(min=0).tolist()
+        for row, chunk in zip(rows.tolist(), acts.split(sizes)):
+            parts[row] = chunk
+    return torch.cat([parts[row] for row in range(len(tokens))])
+
+
 def _hooked_lm(spec: str):
     from iclr24.interp import HookedLM
 
@@ -408,14 +432,21 @@ def _random_tiny_lm(seed: int):
     return random_llama(load_torch_model("embedded")[1], seed=seed)
 
 
-def _toy_replicate(cfg: Config, seed: int, ctx: RunContext) -> tuple[list[dict], dict[str, float]]:
-    """One toy dataset: the SAE sweep's rows and the baselines' MMCS."""
-    data, truth = toy_superposition(cfg.toy_samples, cfg.toy_d, cfg.toy_features, seed=seed)
-    rows = []
-    for tied in (True, False):
-        for l1 in cfg.l1_sweep:
-            sae = train_sae(data, SAETrainingConfig(d_sae=cfg.toy_ratio * cfg.toy_d, l1_coefficient=l1, tied=tied,
-                                                    steps=cfg.toy_steps, seed=seed))
+def _toy_replicates(cfg: Config, seeds: list[int], ctx: RunContext) -> list[tuple[list[dict], dict[str, float]]]:
+    """One toy dataset per seed: the SAE sweep's rows and the baselines' MMCS. Every SAE of every seed is
+    trained in one batched run (``train_saes``: the same SAEs as one at a time, up to floating-point order)."""
+    datasets = {seed: toy_superposition(cfg.toy_samples, cfg.toy_d, cfg.toy_features, seed=seed) for seed in seeds}
+    runs = [(seed, tied, l1) for seed in seeds for tied in (True, False) for l1 in cfg.l1_sweep]
+    saes = train_saes([datasets[seed][0] for seed, _, _ in runs],
+                      [SAETrainingConfig(d_sae=cfg.toy_ratio * cfg.toy_d, l1_coefficient=l1, tied=tied,
+                                         steps=cfg.toy_steps, seed=seed) for seed, tied, l1 in runs])
+    out = []
+    for seed in seeds:
+        data, truth = datasets[seed]
+        rows = []
+        for (s, tied, l1), sae in zip(runs, saes):
+            if s != seed:
+                continue
             with torch.no_grad():
                 rec, codes = sae(data[:5000])
             rows.append({"seed": seed, "tied": tied, "l1": l1, "mmcs": mmcs(sae.atoms, truth),
@@ -423,8 +454,9 @@ def _toy_replicate(cfg: Config, seed: int, ctx: RunContext) -> tuple[list[dict],
                          "l0": l0(codes), "dead": dead_latents(codes)})
             ctx.log(f"toy seed {seed} SAE tied={tied} l1={l1:g}: MMCS {rows[-1]['mmcs']:.3f}, FVU "
                     f"{rows[-1]['fvu']:.3f}, L0 {rows[-1]['l0']:.1f}, dead {rows[-1]['dead']}")
-    baselines = baseline_decompositions(data[:cfg.baseline_samples], seed=seed)
-    return rows, {name: mmcs(baselines[name].atoms, truth) for name in BASELINES}
+        baselines = baseline_decompositions(data[:cfg.baseline_samples], seed=seed)
+        out.append((rows, {name: mmcs(baselines[name].atoms, truth) for name in BASELINES}))
+    return out
 
 
 def toy_evidence(best_sae: list[float], best_baseline: list[float]):

@@ -33,7 +33,7 @@ def _kl(log_p: Tensor, log_q: Tensor) -> Tensor:
 
 def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, counterfactual: Tensor,
                            thresholds: np.ndarray, *, end: Tensor | None = None,
-                           kl_direction: str = "patched||counterfactual", seed: int = 0) -> dict:
+                           kl_direction: str = "patched||counterfactual", seed: int = 0, max_batch: int = 32) -> dict:
     """KL between the patched and the counterfactual output against the number of features patched.
 
     The activation at ``hook`` (every position) is split into codes and a reconstruction
@@ -41,10 +41,20 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
     counterfactual codes (at every position). Outputs are compared at ``end`` (one position
     per prompt; default: the last position before padding id 0).
 
+    The greedy pass tries features one at a time, each trial depending on the ones before it.
+    Trials are run speculatively in batches: the next ``b`` candidates are evaluated in one
+    forward (``b`` copies of the prompts), each as if every earlier candidate of the batch were
+    kept, which is exactly the sequential state up to the first one that is un-patched; that
+    one is taken and the rest of the batch discarded. The decisions are the sequential ones;
+    only floating-point order differs. ``b`` grows (up to ``max_batch``) while no candidate is
+    taken and shrinks after one is. A trial already made on the same patched set (at a lower
+    threshold, after the last feature taken there) is not run again: its KL is the same.
+
     Args:
         model: a hooked model from :mod:`iclr24.interp`.
         decomposition: anything with ``encode`` / ``decode`` (an SAE, PCA, ...).
         kl_direction: one of :data:`KL_DIRECTIONS`.
+        max_batch: the most candidate patches one forward evaluates (1: one at a time).
 
     Returns ``{"n_features": [...], "kl": [...], "edit": [...], "kl_clean": KL with nothing
     patched}``: one point per threshold (plus the start), ``edit`` being the size of the
@@ -52,6 +62,8 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
     """
     if kl_direction not in KL_DIRECTIONS:
         raise ValueError(f"kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     check_tensor("clean", clean, ndim=2, shape_doc="(n_prompts, seq)")
     if counterfactual.shape != clean.shape:
         raise ValueError(f"counterfactual must have clean's shape {tuple(clean.shape)}, got "
@@ -81,43 +93,66 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
         prefix = int(differs_at[0]) if len(differs_at) else 0
         if int(end.min()) < prefix:
             raise ValueError(f"end must not come before the first differing token ({prefix}), got {end.tolist()[:8]}")
-        if hook.endswith("hook_resid_pre") and hasattr(model, "resume_from"):
-            rerun, offset = model.resume_from(clean, hook_layer(hook), prefix=prefix), prefix
-        else:
-            rerun, offset = None, 0
+        fast = hook.endswith("hook_resid_pre") and hasattr(model, "resume_from")
+        offset = prefix if fast else 0
+        reruns = {}  # batch size -> a re-run of that many copies of the prompts
 
-        def output(act: Tensor) -> Tensor:
-            if rerun is not None:
-                return rerun(act[:, offset:], end)
-            return model.run_with_hooks(clean, {hook: lambda _: act}, positions=end)
+        def outputs(acts: Tensor) -> Tensor:
+            """Logits at ``end`` for ``b`` patched activations ``(b, n, T - offset, d)``: ``(b, n, vocab)``."""
+            b, n = acts.shape[:2]
+            flat, ends = acts.flatten(0, 1), end.repeat(b)
+            if fast:
+                if b not in reruns:
+                    reruns[b] = model.resume_from(clean.repeat(b, 1), hook_layer(hook), prefix=prefix)
+                logits = reruns[b](flat, ends)
+            else:
+                logits = model.run_with_hooks(clean.repeat(b, 1), {hook: lambda _: flat}, positions=ends)
+            return logits.view(b, n, -1)
 
-        def kl_with(patched: Tensor) -> float:
-            act = (decode(torch.where(patched, codes_cf, codes_c)) + error_c).float()
-            log_q = F.log_softmax(output(act).double(), -1)
+        # only positions offset: are re-run; codes before them are the same in every patch
+        codes_c_run, codes_cf_run, error_run = codes_c[:, offset:], codes_cf[:, offset:], error_c[:, offset:]
+
+        def kl_many(masks: Tensor) -> list[float]:
+            """KL(patched || cf) (or the reverse), mean over prompts, for each patched set ``(b, n_features)``."""
+            codes = torch.where(masks[:, None, None], codes_cf_run, codes_c_run)  # (b, n, T - offset, F)
+            acts = (decode(codes) + error_run).float()
+            log_q = F.log_softmax(outputs(acts).double(), -1)  # (b, n, vocab)
             kl = _kl(log_q, log_p_cf) if kl_direction == "patched||counterfactual" else _kl(log_p_cf, log_q)
-            return float(kl.mean())
+            return kl.mean(-1).tolist()
 
         def edit_size(patched: Tensor) -> float:
             return float((decode(torch.where(patched, codes_cf, codes_c)) - decode(codes_c)).norm() / a_c.norm())
 
         differs = (codes_c != codes_cf).flatten(0, -2).any(0)  # features that change anywhere
         patched = differs.clone()
-        kl_clean = kl_with(torch.zeros_like(patched))
-        kl_now = kl_with(patched)
+        kl_clean, kl_now = kl_many(torch.stack([torch.zeros_like(patched), patched]))
         curve_n, curve_kl, curve_edit = [int(patched.sum())], [kl_now], [edit_size(patched)]
         order = torch.nonzero(differs).flatten()
         order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))]
+        size = 1
+        known: dict[int, float] = {}  # feature -> KL with it un-patched from the current patched set
         with progress(f"feature patching ({len(order)} features)", total=len(thresholds)) as bar:
             for t in thresholds:
-                for f in order.tolist():
-                    if not patched[f]:
-                        continue
-                    patched[f] = False
-                    kl = kl_with(patched)
-                    if kl - kl_now < t:
-                        kl_now = kl
-                    else:
-                        patched[f] = True
+                candidates = [f for f in order.tolist() if patched[f]]
+                i = 0
+                while i < len(candidates):
+                    trial = candidates[i:i + size]
+                    todo = [f for f in trial if f not in known]  # tried at an earlier threshold, same patched set
+                    if todo:
+                        masks = patched.expand(len(todo), -1).clone()
+                        masks[torch.arange(len(todo)), torch.tensor(todo)] = False
+                        known.update(zip(todo, kl_many(masks)))
+                    kls = [known[f] for f in trial]
+                    taken = next((j for j, kl in enumerate(kls) if kl - kl_now < t), None)
+                    if taken is None:  # every candidate of the batch stays patched
+                        i += len(trial)
+                        size = min(max_batch, 2 * size)
+                    else:  # the sequential pass un-patches trial[taken]; what came after it is discarded
+                        patched[trial[taken]] = False
+                        kl_now = kls[taken]
+                        known.clear()  # a new patched set: every KL so far is stale
+                        i += taken + 1
+                        size = max(1, min(max_batch, taken + 1))
                 curve_n.append(int(patched.sum()))
                 curve_kl.append(kl_now)
                 curve_edit.append(edit_size(patched))

@@ -26,6 +26,7 @@ __all__ = [
     "topk_fvu",
     "toy_superposition",
     "train_sae",
+    "train_saes",
 ]
 
 
@@ -102,6 +103,104 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
                         fired.zero_()
             bar.advance(mse=parts["mse"])
     return sae
+
+
+def train_saes(activations, cfgs) -> list[SparseAutoencoder]:
+    """Train several SAEs at once: the same SAEs as ``[train_sae(a, c) for a, c in zip(activations, cfgs)]``.
+
+    ``activations`` is one tensor ``(n, d_in)`` for all, or one per config. SAEs whose configs
+    share their shape, tying, learning rate, batch size and step count are trained as one
+    batched model: stacked weights, one batched matrix product per layer, and the sum of their
+    losses (their parameters are disjoint, so each gets its own gradient, and Adam is
+    elementwise, so each gets its own update). Each SAE keeps its own initialisation and its
+    own minibatches (its own seeded generator), so the result differs from one at a time only
+    by floating-point order. Configs that resample dead latents, and activation sources
+    (callables), are trained one at a time by :func:`train_sae`.
+    """
+    cfgs = list(cfgs)
+    data = list(activations) if isinstance(activations, (list, tuple)) else [activations] * len(cfgs)
+    if len(data) != len(cfgs):
+        raise ValueError(f"activations must be one tensor or one per config ({len(cfgs)}), got {len(data)}")
+    out: list[SparseAutoencoder | None] = [None] * len(cfgs)
+    groups: dict[tuple, list[int]] = {}
+    for i, (x, cfg) in enumerate(zip(data, cfgs)):
+        if callable(x) or cfg.resample_dead_every:
+            out[i] = train_sae(x, cfg)
+        else:
+            check_tensor("activations", x, ndim=2, shape_doc="(n_samples, d_in)")
+            key = (x.shape[1], cfg.d_sae, cfg.tied, cfg.normalize_encoder, cfg.lr, cfg.batch_size, cfg.steps)
+            groups.setdefault(key, []).append(i)
+    for rows in groups.values():
+        for i, sae in zip(rows, _train_batched([data[i] for i in rows], [cfgs[i] for i in rows])):
+            out[i] = sae
+    return out
+
+
+def _train_batched(data: list[Tensor], cfgs: list[SAETrainingConfig]) -> list[SparseAutoencoder]:
+    """SAEs of one shape trained together (see :func:`train_saes`); ``K`` models, weights ``(K, ...)``."""
+    saes, gens = [], []
+    for x, cfg in zip(data, cfgs):  # each SAE's initialisation and generator exactly as train_sae makes them
+        if len(x) == 0 or x.shape[1] == 0:
+            raise ValueError(f"activations must hold at least one row of at least one value, got shape "
+                             f"{tuple(x.shape)}")
+        gens.append(torch.Generator().manual_seed(cfg.seed))
+        torch.manual_seed(cfg.seed)
+        saes.append(SparseAutoencoder(x.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
+                                      centring=x.mean(0) if cfg.centre else None,
+                                      normalize_encoder=cfg.normalize_encoder))
+    cfg = cfgs[0]
+    tied, norm_enc = cfg.tied, cfg.normalize_encoder
+    dictionary = torch.nn.Parameter(torch.stack([s.dictionary.detach() for s in saes]))  # (K, d_sae, d_in)
+    encoder = None if tied else torch.nn.Parameter(torch.stack([s.encoder.detach() for s in saes]))  # (K, d_in, d_sae)
+    b_enc = torch.nn.Parameter(torch.stack([s.b_enc.detach() for s in saes]))  # (K, d_sae)
+    b_dec = torch.stack([s.b_dec for s in saes])[:, None]  # (K, 1, d_in)
+    alpha = torch.tensor([s.l1_coefficient for s in saes])  # (K,)
+    params = [dictionary, b_enc] if tied else [dictionary, encoder, b_enc]
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    # SAEs drawing the same rows (one data tensor, one seed) share one draw
+    draws: dict[tuple, list[int]] = {}
+    for k, (x, c) in enumerate(zip(data, cfgs)):
+        draws.setdefault((id(x), c.seed), []).append(k)
+    order = [k for ks in draws.values() for k in ks]
+    inverse = torch.argsort(torch.tensor(order))
+    with progress(f"training {len(saes)} SAEs", total=cfg.steps) as bar:
+        for _ in range(cfg.steps):
+            batches = []
+            for ks in draws.values():
+                x = data[ks[0]]
+                batch = x[torch.randint(len(x), (cfg.batch_size,), generator=gens[ks[0]])]
+                for k in ks[1:]:  # advance the twins' generators as train_sae would
+                    torch.randint(len(x), (cfg.batch_size,), generator=gens[k])
+                batches += [batch] * len(ks)
+            if len(draws) == 1:  # (K, B, d_in)
+                x = batches[0].expand(len(saes), -1, -1)
+            else:
+                x = torch.stack(batches)[inverse]
+            w_dec = torch.nn.functional.normalize(dictionary, dim=-1)
+            if tied:
+                w_enc = w_dec.transpose(1, 2)
+            else:
+                w_enc = torch.nn.functional.normalize(encoder, dim=1) if norm_enc else encoder
+            codes = torch.relu(torch.baddbmm(b_enc[:, None], x - b_dec, w_enc))  # (K, B, d_sae)
+            reconstruction = torch.baddbmm(b_dec, codes, w_dec)  # (K, B, d_in)
+            mse = (reconstruction - x).pow(2).mean((1, 2))  # (K,)
+            l1 = codes.abs().sum(-1).mean(-1)
+            loss = (mse + alpha * l1).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                dictionary.data = torch.nn.functional.normalize(dictionary.data, dim=-1)
+                if norm_enc:
+                    encoder.data = torch.nn.functional.normalize(encoder.data, dim=1)
+            bar.advance(mse=float(mse.detach().mean()))
+    with torch.no_grad():
+        for k, sae in enumerate(saes):
+            sae.dictionary.copy_(dictionary[k])
+            if not tied:
+                sae.encoder.copy_(encoder[k])
+            sae.b_enc.copy_(b_enc[k])
+    return saes
 
 
 def sweep_sae(activations: Tensor, l1_coefficients, ratios, cfg: SAETrainingConfig = SAETrainingConfig(),
