@@ -91,3 +91,30 @@ def test_end_patcher_on_a_hooked_hf_model_patches_the_mlp_hidden_activation():
             expected[i] = logits[pairs.answer[i]] - logits[pairs.other[i]]
     torch.testing.assert_close(patcher.logit_diff(lambda w, u: u), expected, atol=1e-4, rtol=1e-4)
     assert rows.numel() == 6 and end.numel() == 6
+
+
+def test_patchers_for_several_hooks_share_the_clean_runs_and_equal_one_patcher_each():
+    transformers = pytest.importorskip("transformers")
+    from iclr24.interp import HookedLM
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=30, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    lm = HookedLM(transformers.LlamaForCausalLM(cfg))
+    base = torch.randint(30, (6, 7))
+    source = base.clone()
+    source[:, 3] = torch.randint(30, (6,))
+    pairs = PatchingPairs(base, source, torch.tensor([7, 7, 6, 6, 5, 7]), torch.randint(30, (6,)),
+                          torch.randint(30, (6,)))
+    hooks = ["blocks.1.hook_resid_pre", "blocks.2.hook_resid_pre", "blocks.1.mlp.hook_post"]
+    calls = []
+    run_with_cache = lm.run_with_cache
+    lm.run_with_cache = lambda *a, **k: calls.append(a[1]) or run_with_cache(*a, **k)
+    shared = EndPatcher.for_hooks(lm, hooks, pairs, batch_size=2)
+    assert len(calls) == 2 * 4  # base and source once per batch (4 batches of one length), for all hooks
+    v = torch.nn.functional.normalize(torch.randn(32), dim=0)
+    for hook in hooks:
+        alone = EndPatcher(lm, hook, pairs, batch_size=2)
+        patch = (lambda w, u: patch_direction(w, u, v)) if "mlp" in hook else (lambda w, u: u)
+        torch.testing.assert_close(shared[hook].logit_diff(patch), alone.logit_diff(patch), rtol=0, atol=0)
+        torch.testing.assert_close(shared[hook].logit_diff(), alone.logit_diff(), rtol=0, atol=0)

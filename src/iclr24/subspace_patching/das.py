@@ -102,6 +102,29 @@ def _check_pairs(pairs: PatchingPairs) -> None:
         raise ValueError(f"pairs.lengths must lie in [1, {T}], got {pairs.lengths.tolist()[:8]}")
 
 
+def _length_batches(pairs: PatchingPairs, batch_size: int) -> list[tuple[Tensor, int]]:
+    """Rows of pairs of one length, ``batch_size`` at a time: ``[(rows, length), ...]``."""
+    out = []
+    for length in pairs.lengths.unique().tolist():
+        group = torch.nonzero(pairs.lengths == length).flatten()
+        out += [(group[start:start + batch_size], length) for start in range(0, len(group), batch_size)]
+    return out
+
+
+def _clean_runs(model, pairs: PatchingPairs, batch_size: int, base_names: list[str], source_names: list[str]):
+    """Per batch of :func:`_length_batches`: the base run's activations at ``base_names`` and the source run's at
+    ``source_names`` (whole prompts), ``[(cache_base, cache_source), ...]``."""
+    out = []
+    with torch.no_grad():
+        for rows, length in _length_batches(pairs, batch_size):
+            end = torch.full((len(rows),), length - 1)
+            _, cache_b = model.run_with_cache(pairs.base[rows, :length], list(dict.fromkeys(base_names)), positions=end)
+            _, cache_s = model.run_with_cache(pairs.source[rows, :length], list(dict.fromkeys(source_names)),
+                                              positions=end)
+            out.append((cache_b, cache_s))
+    return out
+
+
 class EndPatcher:
     """Patches one hook at the END token of many base/source pairs, fast and differentiably.
 
@@ -112,7 +135,8 @@ class EndPatcher:
     the logit difference per pair.
     """
 
-    def __init__(self, model, hook: str, pairs: PatchingPairs, *, batch_size: int = 20) -> None:
+    def __init__(self, model, hook: str, pairs: PatchingPairs, *, batch_size: int = 20,
+                 _clean: list | None = None) -> None:
         _check_pairs(pairs)
         if len(pairs) == 0:
             raise ValueError("pairs is empty")
@@ -120,19 +144,27 @@ class EndPatcher:
         self.layer = hook_layer(hook)
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         resid = f"blocks.{self.layer}.hook_resid_pre"
+        if _clean is None:
+            _clean = _clean_runs(model, pairs, batch_size, [resid, hook], [hook])
         self.batches: list[_Batch] = []
         with torch.no_grad():
-            for length in pairs.lengths.unique().tolist():
-                group = torch.nonzero(pairs.lengths == length).flatten()
-                for start in range(0, len(group), batch_size):
-                    rows = group[start:start + batch_size]
-                    base, source = pairs.base[rows, :length], pairs.source[rows, :length]
-                    names = [resid] if hook == resid else [resid, hook]
-                    _, cache_b = model.run_with_cache(base, names, positions=torch.full((len(rows),), length - 1))
-                    _, cache_s = model.run_with_cache(source, [hook], positions=torch.full((len(rows),), length - 1))
-                    run = model.resume_from(base, self.layer, prefix=length - 1)
-                    self.batches.append(_Batch(rows, run, torch.full((len(rows),), length - 1),
-                                               cache_b[resid][:, -1:], cache_b[hook][:, -1], cache_s[hook][:, -1]))
+            for (rows, length), (cache_b, cache_s) in zip(_length_batches(pairs, batch_size), _clean):
+                run = model.resume_from(pairs.base[rows, :length], self.layer, prefix=length - 1)
+                self.batches.append(_Batch(rows, run, torch.full((len(rows),), length - 1),
+                                           cache_b[resid][:, -1:], cache_b[hook][:, -1], cache_s[hook][:, -1]))
+
+    @classmethod
+    def for_hooks(cls, model, hooks, pairs: PatchingPairs, *, batch_size: int = 20) -> dict[str, "EndPatcher"]:
+        """One patcher per hook over the same pairs, as ``{hook: EndPatcher(model, hook, pairs)}``, sharing the
+        clean runs: each batch's base and source prompts run once for all the hooks instead of once per hook."""
+        hooks = list(hooks)
+        _check_pairs(pairs)
+        if len(pairs) == 0:
+            raise ValueError("pairs is empty")
+        check_int("batch_size", batch_size, minimum=1)
+        names = list(dict.fromkeys([f"blocks.{hook_layer(h)}.hook_resid_pre" for h in hooks] + hooks))
+        clean = _clean_runs(model, pairs, batch_size, names, list(dict.fromkeys(hooks)))
+        return {h: cls(model, h, pairs, batch_size=batch_size, _clean=clean) for h in hooks}
 
     @property
     def dim(self) -> int:

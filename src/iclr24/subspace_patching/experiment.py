@@ -117,9 +117,14 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     first = int(cfg.scan_from * lm.n_layers)
     scan_rows = torch.arange(min(cfg.scan_pairs, len(train)))
     scan = {}
+    # one clean run of the scan pairs for every block's patcher, not one per block
+    scan_patchers = EndPatcher.for_hooks(lm, [f"blocks.{layer}.hook_resid_pre"
+                                              for layer in range(max(first, 1), lm.n_layers)],
+                                         train.subset(scan_rows), batch_size=cfg.batch_size)
     for layer in range(max(first, 1), lm.n_layers):
-        p = EndPatcher(lm, f"blocks.{layer}.hook_resid_pre", train.subset(scan_rows), batch_size=cfg.batch_size)
+        p = scan_patchers[f"blocks.{layer}.hook_resid_pre"]
         scan[layer] = fldd(p.logit_diff(lambda w, u: u), p.logit_diff())
+    del scan_patchers
     best = max(scan, key=scan.get)
     resid_hook, mlp_hook = f"blocks.{best}.hook_resid_pre", f"blocks.{best - 1}.mlp.hook_post"
     ctx.log(f"full END residual patch FLDD by block: { {k: round(v, 1) for k, v in scan.items()} }; "
@@ -128,9 +133,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     rows, directions = [], {}
     groups = torch.arange(len(test)) % cfg.test_groups  # pair i in group i mod test_groups
     by_group = {}  # patch -> FLDD of each group of held-out pairs
+    train_patchers = EndPatcher.for_hooks(lm, [mlp_hook, resid_hook], train, batch_size=cfg.batch_size)
+    test_patchers = EndPatcher.for_hooks(lm, [mlp_hook, resid_hook], test, batch_size=cfg.batch_size)
     for kind, hook in (("MLP", mlp_hook), ("resid", resid_hook)):
-        p_train = EndPatcher(lm, hook, train, batch_size=cfg.batch_size)
-        p_test = EndPatcher(lm, hook, test, batch_size=cfg.batch_size)
+        p_train, p_test = train_patchers[hook], test_patchers[hook]
         das = train_das(p_train, k=1, epochs=cfg.epochs, lr=cfg.lr, seed=ctx.seed)
         v = das.basis[:, 0].detach()
         directions[kind] = v
