@@ -36,3 +36,16 @@ def test_processes_must_be_a_positive_int(tmp_path):
 
     with pytest.raises(ValueError, match="processes must be an int >= 1, got 0"):
         run_jobs([], runs_dir=tmp_path, processes=0)
+
+
+def test_the_pool_starts_the_longest_expected_runs_first(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from iclr24.core import executors
+
+    walls = {"short": 10.0, "long": 300.0, "never_run": None, "also_short": 10.0}
+    monkeypatch.setattr(executors, "latest_run", lambda runs_dir, name, preset=None: None if walls[name] is None
+                        else SimpleNamespace(result={"wall_time_s": walls[name], "preset": preset}))
+    jobs = [Job(name, "quick", 0) for name in walls]
+    # unknown first (it may be long), then by the last measured time; ties keep the jobs' order
+    assert executors._longest_first(jobs, [0, 1, 2, 3], tmp_path) == [2, 1, 0, 3]
