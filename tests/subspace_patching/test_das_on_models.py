@@ -60,7 +60,8 @@ def test_das_finds_a_direction_that_moves_the_answer(tiny_ioi):
     assert all(p.requires_grad for p in model.parameters())  # the model is left as it was
 
 
-def test_end_patcher_on_a_hooked_hf_model_patches_the_mlp_hidden_activation():
+def _tiny_hooked_llama_and_pairs():
+    """A seeded 3-layer Llama under HookedLM, and 6 patching pairs of up to 7 tokens differing at position 3."""
     transformers = pytest.importorskip("transformers")
     from iclr24.interp import HookedLM
 
@@ -71,8 +72,14 @@ def test_end_patcher_on_a_hooked_hf_model_patches_the_mlp_hidden_activation():
     base = torch.randint(30, (6, 7))
     source = base.clone()
     source[:, 3] = torch.randint(30, (6,))
-    lengths = torch.tensor([7, 7, 6, 6, 5, 7])
-    pairs = PatchingPairs(base, source, lengths, torch.randint(30, (6,)), torch.randint(30, (6,)))
+    pairs = PatchingPairs(base, source, torch.tensor([7, 7, 6, 6, 5, 7]), torch.randint(30, (6,)),
+                          torch.randint(30, (6,)))
+    return lm, pairs
+
+
+def test_end_patcher_on_a_hooked_hf_model_patches_the_mlp_hidden_activation():
+    lm, pairs = _tiny_hooked_llama_and_pairs()
+    base, source, lengths = pairs.base, pairs.source, pairs.lengths
     hook = "blocks.1.mlp.hook_post"
     patcher = EndPatcher(lm, hook, pairs, batch_size=2)
     rows, end = torch.arange(6), lengths - 1
@@ -94,18 +101,7 @@ def test_end_patcher_on_a_hooked_hf_model_patches_the_mlp_hidden_activation():
 
 
 def test_patchers_for_several_hooks_share_the_clean_runs_and_equal_one_patcher_each():
-    transformers = pytest.importorskip("transformers")
-    from iclr24.interp import HookedLM
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=30, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
-    lm = HookedLM(transformers.LlamaForCausalLM(cfg))
-    base = torch.randint(30, (6, 7))
-    source = base.clone()
-    source[:, 3] = torch.randint(30, (6,))
-    pairs = PatchingPairs(base, source, torch.tensor([7, 7, 6, 6, 5, 7]), torch.randint(30, (6,)),
-                          torch.randint(30, (6,)))
+    lm, pairs = _tiny_hooked_llama_and_pairs()
     hooks = ["blocks.1.hook_resid_pre", "blocks.2.hook_resid_pre", "blocks.1.mlp.hook_post"]
     calls = []
     run_with_cache = lm.run_with_cache

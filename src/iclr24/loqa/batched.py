@@ -125,6 +125,17 @@ def _self_play_scores(probs: Tensor, episodes: int, horizon: int, seed: int) -> 
     return rewards.mean((0, 2))
 
 
+def _runs(seeds, shaping_weights, config, caller: str) -> tuple[list, list[float]]:
+    """The runs' seeds and shaping weights (default: ``config.shaping_weight`` each), checked."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError(f"{caller} needs at least one seed")
+    weights = [config.shaping_weight] * len(seeds) if shaping_weights is None else [float(w) for w in shaping_weights]
+    if len(weights) != len(seeds) or min(weights) < 0:
+        raise ValueError(f"shaping_weights must give one weight >= 0 per seed ({len(seeds)}), got {shaping_weights}")
+    return seeds, weights
+
+
 def train_ipd_batch(config: IPDConfig, seeds: Sequence[int], *, shaping_weights: Sequence[float] | None = None,
                     on_eval: Callable[[int, list[IPDHistory], list[MemoryOnePolicy]], None] | None = None,
                     ) -> tuple[list[LOQA], list[IPDHistory]]:
@@ -138,13 +149,8 @@ def train_ipd_batch(config: IPDConfig, seeds: Sequence[int], *, shaping_weights:
     """
     if config.stop_at_reciprocity:
         raise ValueError("train_ipd_batch trains its runs to the end: use train_ipd for stop_at_reciprocity")
-    seeds = list(seeds)
+    seeds, weights = _runs(seeds, shaping_weights, config, "train_ipd_batch")
     R = len(seeds)
-    if R == 0:
-        raise ValueError("train_ipd_batch needs at least one seed")
-    weights = [config.shaping_weight] * R if shaping_weights is None else [float(w) for w in shaping_weights]
-    if len(weights) != R or min(weights) < 0:
-        raise ValueError(f"shaping_weights must give one weight >= 0 per seed ({R}), got {shaping_weights}")
     T, B, G = config.horizon, config.batch_size, config.opponents_per_batch
     gamma, capacity = config.gamma, config.opponent_replay
     rngs = [random.Random(s) for s in seeds]
@@ -355,13 +361,8 @@ def train_coin_game_batch(config: CoinConfig, seeds: Sequence[int], *,
 
     Run r trains with ``seeds[r]`` and ``shaping_weights[r]`` (default: ``config.shaping_weight``). Returns each
     run's agent (policy, critic and target critic; fresh optimisers)."""
-    seeds = list(seeds)
+    seeds, weights = _runs(seeds, shaping_weights, config, "train_coin_game_batch")
     R = len(seeds)
-    if R == 0:
-        raise ValueError("train_coin_game_batch needs at least one seed")
-    weights = [config.shaping_weight] * R if shaping_weights is None else [float(w) for w in shaping_weights]
-    if len(weights) != R or min(weights) < 0:
-        raise ValueError(f"shaping_weights must give one weight >= 0 per seed ({R}), got {shaping_weights}")
     T, B, G, A = config.horizon, config.batch_size, config.opponents_per_batch, CoinGame.num_actions
     gamma, capacity, E = config.gamma, config.opponent_replay, config.episode_replay
     size = 4 * config.grid * config.grid
