@@ -42,3 +42,40 @@ def test_greedy_replies_equal_the_wrapped_model(embedded):
             (want.text, want.finish_reason, want.prompt_tokens, want.completion_tokens)
     assert len(cached._caches) == 2                    # the oldest prompt's cache was dropped
     assert max(len(key) for key in cached._caches) > 30
+
+
+def test_constrained_greedy_replies_equal_the_wrapped_model(embedded):
+    if not embedded.capabilities.grammar:
+        pytest.skip("llguidance is not installed")
+    cached = PrefixCachedLM(embedded, keep=2)
+    head = "You are bob. Your goal: move the apple to the kitchen.\nAvailable plans:\nA. go to kitchen\n" \
+           "B. explore current room office\nC. go grasp target object apple\n"
+    options = {"type": "regex", "pattern": "(A\\. go to kitchen|B\\. explore current room office|"
+                                           "C\\. go grasp target object apple)"}
+    for tail in ("Which plan is best?", "You hold nothing. Which plan is best?"):
+        prompt = [{"role": "user", "content": head + tail}]
+        want = embedded.generate(prompt, max_tokens=16, temperature=0.0, response_format=options)[0]
+        got = cached.generate(prompt, max_tokens=16, temperature=0.0, response_format=options)[0]
+        assert got.text in ("A. go to kitchen", "B. explore current room office", "C. go grasp target object apple")
+        assert (got.text, got.finish_reason, got.completion_tokens) == \
+            (want.text, want.finish_reason, want.completion_tokens)
+    assert len(cached._caches) == 2                    # constrained calls are cached like plain ones
+
+
+def test_tokens_the_grammar_forces_take_no_forward_pass(embedded):
+    if not embedded.capabilities.grammar:
+        pytest.skip("llguidance is not installed")
+    from iclr24.llm import choose
+
+    cached = PrefixCachedLM(embedded)
+    passes = []
+    forward = cached._forward
+    cached._forward = lambda ids, cache, last_only=False: passes.append(len(ids)) or forward(ids, cache, last_only)
+    lines = ['A. send a message: "I found the apple in the kitchen."', "B. go grasp target object apple",
+             "C. go to kitchen"]
+    prompt = [{"role": "user", "content": "Available plans:\n" + "\n".join(lines) + "\nAnswer with one plan."}]
+    choice = choose(cached, prompt, lines)
+    want = choose(embedded, prompt, lines)
+    assert choice == want
+    # the prompt, then at most one pass per token the grammar leaves open (here: the letter); not one per token
+    assert len(passes) <= 2 < len(embedded.tokenize(choice.option))

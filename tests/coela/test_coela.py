@@ -166,9 +166,13 @@ def test_menu_offers_what_memory_allows():
 
 
 def test_parse_choice_fallbacks_in_order():
-    options = ["send a message", "go grasp target object apple", "go to office"]
+    options = ['send a message: "I found the apple."', "go grasp target object apple", "go to office"]
     rng = random.Random(0)
-    assert parse_choice("go grasp target object apple.", options, rng) == (1, "exact")
+    assert parse_choice("go grasp target object apple.", options, rng) == (1, "contained")
+    # the official parser's order: containment first, the earliest option contained wins, a message by its words
+    assert parse_choice("Not B. I will go to office, then go grasp target object apple", options, rng) == \
+        (1, "contained")
+    assert parse_choice("I should send a message to bob", options, rng) == (0, "contained")
     assert parse_choice("B", options, rng) == (1, "letter")
     assert parse_choice("The answer is C because it is close.", options, rng) == (2, "letter")
     assert parse_choice("go grasp the apple object", options, rng) == (1, "fuzzy")
@@ -199,6 +203,61 @@ def test_llm_planner_prompt_and_parse_counts_with_a_scripted_model():
     first = llm.calls[0]["prompt"][-1]["content"]
     assert "Available plans:" in first and "A. " in first and "Goal: transport" in first
     assert episode.transcript[0][2].startswith("exploring")          # the scripted choice was executed
+
+
+def _plan_prompts(llm):
+    return [c["prompt"][0]["content"] for c in llm.calls if "Available plans:" in c["prompt"][0]["content"]]
+
+
+def test_the_message_is_written_before_planning_and_offered_in_the_menu():
+    def reply(prompt, i):
+        text = prompt[-1]["content"]
+        if text.endswith("Message:"):
+            return '"I explored the kitchen; I will look in the office."'
+        return "A"                                      # the message option, when there is one
+
+    llm = get_model("scripted", outputs=reply)
+    env = TransportEnv(n_agents=2, n_rooms=4, n_objects=2, n_containers=0, max_steps=3)
+    agents = [CoELAAgent(llm, communicate=True, cot=False, name=a, seed=0, message_tokens=128)
+              for a in env.possible_agents]
+    episode = run_episode(env, agents, seed=0)
+    kinds = ["Message:" if c["prompt"][0]["content"].endswith("Message:") else "plan" for c in llm.calls]
+    assert kinds[:2] == ["Message:", "plan"]                              # Communication, then Planning
+    assert 'A. send a message: "I explored the kitchen; I will look in the office."' in _plan_prompts(llm)[0]
+    sent = [message for _, _, action, message in episode.transcript if message]
+    assert sent and sent[0] == "I explored the kitchen; I will look in the office."   # the text the planner saw
+    assert agents[0].memory.actions[0] == "send a message"
+
+
+def test_the_planning_prompt_holds_the_dialogue_and_the_last_actions():
+    llm = get_model("scripted", outputs=lambda prompt, i: "whatever")   # parsed at random: any plan
+    env = TransportEnv(n_agents=2, n_rooms=5, n_objects=3, n_containers=0, max_steps=30)
+    agent = CoELAAgent(llm, communicate=False, cot=False, name="alice", seed=0)
+    partner = CoELAAgent(planner=HeuristicPlanner(), communicate=True, name="bob")
+    run_episode(env, [agent, partner], seed=2)
+    said = [text for who, text in agent.memory.dialogue if who == "partner"]
+    assert said, "the partner sent no message: pick another seed"
+    prompts = _plan_prompts(llm)
+    last = prompts[-1]
+    assert f"partner: {said[-1]}" in last                              # the dialogue, latest last
+    assert f"Previous plans (latest last): {'; '.join(agent.memory.actions[-11:-1])}" in last
+    assert agent.parse_counts["random"] == len(prompts)
+
+
+def test_constrained_choice_reads_a_menu_line_on_a_backend_that_constrains():
+    def reply(prompt, i):
+        text = prompt[-1]["content"]
+        return next(line for line in text.splitlines() if line[1:3] == ". " and ("explore" in line or "go to" in line))
+
+    llm = get_model("scripted", outputs=reply, grammar=True)
+    agent = CoELAAgent(llm, communicate=False, cot=False, name="alice")
+    assert agent.choice == "constrained"
+    env = TransportEnv(n_agents=1, n_rooms=3, n_objects=1, n_containers=0, max_steps=4)
+    episode = run_episode(env, [agent], seed=1)
+    assert agent.parse_counts["constrained"] == agent.llm_calls >= 1 and episode.parse_failure_rate == 0.0
+    assert "Answer with the best next plan, as it is written above." in _plan_prompts(llm)[0]
+    with pytest.raises(ValueError, match="choice='constrained' needs a backend that constrains"):
+        CoELAAgent(get_model("scripted", outputs=["A"]), choice="constrained")
 
 
 def test_chain_of_thought_asks_twice():
@@ -292,7 +351,7 @@ def test_score_mode_picks_the_most_probable_letter():
 def test_agent_arguments():
     with pytest.raises(ValueError, match="needs an llm or a planner"):
         CoELAAgent()
-    with pytest.raises(ValueError, match="choice must be 'generate' or 'score'"):
+    with pytest.raises(ValueError, match="choice must be 'auto', 'constrained', 'generate' or 'score'"):
         CoELAAgent(planner=HeuristicPlanner(), choice="vote")
     with pytest.raises(TypeError, match="planner must have choose"):
         CoELAAgent(planner=object())

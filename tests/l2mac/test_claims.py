@@ -43,15 +43,26 @@ def test_parts_not_measured_are_not_run():
 
 
 def test_the_real_model_claim_is_judged_over_tasks():
-    def rows_of(*outcomes):
-        return [{"steps completed": done, "hidden tests passed": passed, "parse failures": 0, "model calls": 2}
-                for done, passed in outcomes]
+    def rows_of(*outcomes, mode="constrained"):
+        return [{"tool calls": mode, "steps completed": done, "hidden tests passed": passed, "parse failures": 0,
+                 "model calls": 2} for done, passed in outcomes]
 
     assert verdicts(real_rows=rows_of(*[("1/1", "1/1")] * 3))[CLAIM_REAL] == "holds"
     rows = rows_of(("1/1", "1/1"), ("1/1", "1/1"), ("0/1", "0/1"))
     assert verdicts(real_rows=rows)[CLAIM_REAL] == "inconclusive"  # shares 1, 1, 0: three tasks cannot tell
     none = [{**r, "steps completed": "0/1", "hidden tests passed": "0/1"} for r in rows]
     assert verdicts(real_rows=none)[CLAIM_REAL] == "inconclusive"  # a rate of 0 of 3 cannot be shown above 0
+
+
+def test_the_real_model_claim_is_judged_on_constrained_runs_with_the_free_rate_beside():
+    constrained = [{"tool calls": "constrained", "steps completed": "1/1", "hidden tests passed": "1/1",
+                    "parse failures": 0, "model calls": 4}] * 3
+    free = [{"tool calls": "free", "steps completed": "0/1", "hidden tests passed": "0/1", "parse failures": 3,
+             "model calls": 4}] * 3
+    claim = next(c for c in _claims(simulated(), PRESETS["quick"], constrained + free, [])
+                 if c.statement == CLAIM_REAL)
+    assert claim.verdict == "holds" and claim.evidence.n == 3
+    assert "0.00 parse failures a call (free tool calls: 0.75 a call), 0.00 replies a call cut" in claim.measured
 
 
 def test_humaneval_is_paired_over_at_least_20_problems():

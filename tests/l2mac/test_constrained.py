@@ -22,6 +22,7 @@ def test_the_tool_call_format_accepts_each_offered_tool_and_nothing_else():
     fmt.validate(_call("step_complete"))
     fmt.validate(_call("write_files", files=[{"path": "lib.py", "contents": LIB}]))
     for bad in (_call("view_files", files=["lib.py"]), _call("write_files", files="lib.py"),
+                _call("write_files", files=[]), _call("write_files", files=[{"path": "", "contents": LIB}]),
                 '{"tool": "step_complete"}', "step_complete()",
                 json.dumps({"tool": "step_complete", "arguments": {"tool": "x"}})):
         with pytest.raises(ValueError):
@@ -56,3 +57,13 @@ def test_smollm2_under_the_tool_schema_writes_a_call_that_parses():
     reply = llm.generate(messages, max_tokens=64, response_format=tool_call_format(tools))[0]
     call = parse_tool_call(reply.text, tools)
     assert reply.finish_reason == "stop" and call.name in tools and not call.repaired
+
+
+def test_a_plan_or_a_write_with_nothing_in_it_is_not_a_call():
+    # constrained, SmolLM2 filled the schema with empty lists: calls that do nothing now fail the schema and the parser
+    for text in (_call("write_plan", steps=[]), _call("write_files", files=[]),
+                 _call("write_files", files=[{"path": "lib.py", "contents": ""}])):
+        with pytest.raises(ValueError, match="must not be empty"):
+            parse_tool_call(text, ("write_plan", "write_files"))
+        with pytest.raises(ValueError):
+            output_format(tool_call_format(("write_plan", "write_files"))).validate(text)

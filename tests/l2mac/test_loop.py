@@ -113,7 +113,8 @@ def test_a_reply_cut_at_the_context_limit_is_not_repaired_into_a_write():
     llm = ScriptedModel(lambda messages, i: tool_call_text("write_plan", steps=["a"]) if i == 0 else cut)
     codebase = L2MAC(llm, context_tokens=2600, reply_tokens=2000, max_calls_per_step=2,
                      max_retries_per_step=0).run("Write a.py.")
-    assert codebase.steps[0].parse_failures >= 1 and "a.py" not in codebase.files
+    assert codebase.steps[0].cut_replies >= 1 and "a.py" not in codebase.files
+    assert codebase.steps[0].parse_failures == 0          # unfinished, not malformed: counted apart
 
 
 @pytest.mark.parametrize("kwargs, match", [({"context_tokens": 100}, "context_tokens must be >= 256"),

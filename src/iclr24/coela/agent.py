@@ -5,10 +5,14 @@ holds, what the partner was last seen doing and has claimed) and an episodic one
 dialogue). Each time its current plan is done it builds a lettered menu of high-level plans from memory and
 asks the planner for one; Execution turns the plan into moves, explorations and grasps in code.
 
-Planners: the LLM (``CoELAAgent(llm)``: free-text reply parsed by exact match, option letter, fuzzy match,
-then random, with counts of which fired; or, with ``choice="score"`` on a backend with next-token
-log-probabilities, the option letter with the highest probability), ``HeuristicPlanner`` (MHP-like rules
-over the same memory) and ``RandomPlanner``.
+Planners: the LLM (``CoELAAgent(llm)``), ``HeuristicPlanner`` (MHP-like rules over the same memory) and
+``RandomPlanner``. The LLM's reply is forced to be one of the menu's lines where the backend can constrain its
+output (``choice="constrained"``, the default there); otherwise a free-text reply is parsed as the official parser
+does (the option's text contained in the reply, then its letter, then a fuzzy match, then a random pick), with
+counts of which rule fired; ``choice="score"`` reads the option letters' next-token log-probabilities.
+
+As in the official agent, a communicating LLM agent writes its message *before* planning, and the menu offers it
+as ``send a message: "<text>"``, so the planner sees what it would say.
 """
 
 from __future__ import annotations
@@ -30,13 +34,16 @@ CLAIM_STEPS = 10
 
 @dataclass(frozen=True)
 class Plan:
-    """A high-level plan: ``kind`` in message, grasp, put_in, transport, goto, explore."""
+    """A high-level plan: ``kind`` in message, grasp, put_in, transport, goto, explore. A message plan's
+    ``target`` is the text, when it was written before planning (LLM agents), else empty (the template writes it)."""
 
     kind: str
     target: str = ""
     container: str = ""
 
     def describe(self, goal: str = "") -> str:
+        if self.kind == "message" and self.target:
+            return f'send a message: "{self.target}"'
         return {"message": "send a message",
                 "grasp": f"go grasp {'container' if self.container == 'is-container' else 'target object'} "
                          f"{self.target}",
@@ -131,11 +138,12 @@ class Memory:
                 f"Objects and containers I know of: {known}.\n{partner}")
 
 
-def build_menu(memory: Memory, *, communicate: bool, capacity: int = 3) -> list[Plan]:
-    """The lettered options, in a fixed order: message, grasps, put-ins, transport, go-tos, explore."""
+def build_menu(memory: Memory, *, communicate: bool, capacity: int = 3, message: str = "") -> list[Plan]:
+    """The lettered options, in a fixed order: message (with its ``message`` text when written beforehand), grasps,
+    put-ins, transport, go-tos, explore."""
     menu = []
     if communicate and not (memory.actions and memory.actions[-1] == "send a message"):
-        menu.append(Plan("message"))
+        menu.append(Plan("message", message))
     if len(memory.holding) < 2:
         for item in sorted(memory.seen):
             if item in memory.targets and item not in memory.delivered:
@@ -154,11 +162,12 @@ def build_menu(memory: Memory, *, communicate: bool, capacity: int = 3) -> list[
 
 
 def parse_choice(reply: str, options: list[str], rng: random.Random) -> tuple[int, str]:
-    """The option a free-text reply picks, and which rule fired: exact, letter, fuzzy or random.
+    """The option a free-text reply picks, and which rule fired: contained, letter, fuzzy or random.
 
-    Letters are read from "answer/option/plan is X" first, then from a capital letter standing alone or
-    followed by ``.``, ``)`` or ``:`` ("B", "B. go to office", "(B)"), so the word "I" or "A" opening a
-    sentence is not an option.
+    In the official parser's order: the first option whose text the reply contains (a message option by its
+    words "send a message", as officially), then a letter, then a fuzzy match, then a random pick. Letters are
+    read from "answer/option/plan is X" first, then from a capital letter standing alone or followed by ``.``,
+    ``)`` or ``:`` ("B", "(B)"), so the word "I" or "A" opening a sentence is not an option.
     """
     if not isinstance(reply, str):
         raise TypeError(f"reply must be a str, got {type(reply).__name__}")
@@ -166,8 +175,9 @@ def parse_choice(reply: str, options: list[str], rng: random.Random) -> tuple[in
         raise ValueError(f"options must hold 1 to {len(LETTERS)} plans, got {len(options)}")
     text = reply.strip().lower().rstrip(".")
     for i, option in enumerate(options):
-        if text == option.lower() or text.endswith(f". {option.lower()}"):
-            return i, "exact"
+        words = "send a message" if option.startswith("send a message:") else option
+        if words.lower() in text:
+            return i, "contained"
     letters = LETTERS[: len(options)]
     match = (re.search(rf"\b(?:option|answer|choose|choice|plan)(?: is)?\W{{0,3}}\(?([{letters}])\b", reply,
                        re.IGNORECASE)
@@ -235,7 +245,9 @@ class HeuristicPlanner:
         return next((i for i in order if i is not None), len(menu) - 1)
 
 
-PLAN_PROMPT = """You are {name}, one of two agents in a house. You work with your partner to transport target
+# The planning and message prompts share their head (the official templates share goal, progress, previous actions
+# and dialogue), so a local model encodes it once for both (coela.cached_lm).
+PROMPT_HEAD = """You are {name}, one of two agents in a house. You work with your partner to transport target
 objects to the {goal} as quickly as possible. You can hold two things; a container held in a hand carries up
 to three objects more. Sending a message costs a step.
 
@@ -243,34 +255,36 @@ to three objects more. Sending a message costs a step.
 {observation}
 Previous plans (latest last): {actions}
 Dialogue (latest last): {dialogue}
+"""
 
+PLAN_PROMPT = PROMPT_HEAD + """
 Available plans:
 {menu}
 """
 
-MESSAGE_PROMPT = """You are {name}, transporting target objects to the {goal} with your partner.
-{memory}
-Your latest plans: {actions}
-Dialogue so far: {dialogue}
-Write one short message to your partner that shares what you found and what you will do next.
+MESSAGE_PROMPT = PROMPT_HEAD + """
+Write one short message to your partner that shares what you found and what you will do next. Be brief and do
+not repeat an earlier message.
 Message:"""
 
 
 class CoELAAgent:
     """A cooperative embodied agent with an LLM planner and communicator (or a rule-based ``planner``).
 
-    ``choice="generate"`` asks for a reply and parses it; ``cot=True`` first asks the model to think step by
-    step and then for the single best option (two calls). ``choice="score"`` reads the option letters'
-    next-token log-probabilities (local backends). ``parse_counts`` records which parsing rule fired.
+    ``choice="constrained"`` forces the reply to be one of the menu's lines (``iclr24.llm.choose``; backends with
+    ``capabilities.grammar``), ``"generate"`` asks for a free reply and parses it, ``"score"`` reads the option
+    letters' next-token log-probabilities (local backends); ``"auto"`` is constrained where the backend can, else
+    generate. ``cot=True`` first asks the model to think step by step, then for the single best option (two
+    calls). ``parse_counts`` records how each plan was read (constrained, scored, or the parsing rule that fired).
     """
 
     def __init__(self, llm=None, *, planner=None, communicate: bool = True, cot: bool = True,
-                 choice: str = "generate", name: str = "alice", seed: int = 0, message_tokens: int = 32,
+                 choice: str = "auto", name: str = "alice", seed: int = 0, message_tokens: int = 32,
                  reasoning_tokens: int = 96) -> None:
         if llm is None and planner is None:
             raise ValueError("CoELAAgent needs an llm or a planner")
-        if choice not in ("generate", "score"):
-            raise ValueError(f"choice must be 'generate' or 'score', got {choice!r}")
+        if choice not in ("auto", "constrained", "generate", "score"):
+            raise ValueError(f"choice must be 'auto', 'constrained', 'generate' or 'score', got {choice!r}")
         if planner is not None and not callable(getattr(planner, "choose", None)):
             raise TypeError(f"planner must have choose(agent, menu), got {type(planner).__name__}")
         if llm is not None and planner is None and not callable(getattr(llm, "generate", None)):
@@ -281,6 +295,11 @@ class CoELAAgent:
         seed = check_int("seed", seed)
         message_tokens = check_int("message_tokens", message_tokens, minimum=1)
         reasoning_tokens = check_int("reasoning_tokens", reasoning_tokens, minimum=1)
+        if choice == "auto":
+            choice = "constrained" if llm is not None and llm.capabilities.grammar else "generate"
+        elif choice == "constrained" and planner is None and not llm.capabilities.grammar:
+            raise ValueError(f"choice='constrained' needs a backend that constrains its output "
+                             f"(capabilities.grammar); {llm!r} cannot: use choice='generate' or 'score'")
         self.llm, self.planner, self.communicate, self.cot, self.choice = llm, planner, communicate, cot, choice
         self.name, self.rng = name, random.Random(seed)
         self.message_tokens, self.reasoning_tokens = message_tokens, reasoning_tokens
@@ -305,7 +324,8 @@ class CoELAAgent:
         for _ in range(3):                      # a plan that is already done or impossible yields a new one
             if self.plan is None:
                 self.plan = self.choose_plan()
-                self.memory.actions.append(self.plan.describe(self.memory.goal))
+                self.memory.actions.append("send a message" if self.plan.kind == "message" else
+                                           self.plan.describe(self.memory.goal))
                 if self.plan.kind == "message":
                     return self._message()
             action = self._execute(self.plan)
@@ -315,33 +335,51 @@ class CoELAAgent:
         return {"type": "wait"}
 
     def choose_plan(self) -> Plan:
-        menu = build_menu(self.memory, communicate=self.communicate and len(self.env.possible_agents) > 1,
-                          capacity=self.env.container_capacity)
+        communicate = self.communicate and len(self.env.possible_agents) > 1
         if self.planner is not None:
+            menu = build_menu(self.memory, communicate=communicate, capacity=self.env.container_capacity)
             return menu[self.planner.choose(self, menu)]
-        options = [p.describe(self.memory.goal) for p in menu]
-        prompt = PLAN_PROMPT.format(
-            name=self.name, goal=self.memory.goal, memory=self.memory.summary(),
-            observation=render_observation(self.last_observation),
-            actions="; ".join(self.memory.actions[-10:]) or "none",
-            dialogue=" | ".join(f"{who}: {text}" for who, text in self.memory.dialogue[-3:]) or "none",
-            menu="\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(options)))
+        fields = dict(name=self.name, goal=self.memory.goal, memory=self.memory.summary(),
+                      observation=render_observation(self.last_observation),
+                      actions="; ".join(self.memory.actions[-10:]) or "none",
+                      dialogue=" | ".join(f"{who}: {text}" for who, text in self.memory.dialogue[-3:]) or "none")
+        message = ""
+        if communicate and not (self.memory.actions and self.memory.actions[-1] == "send a message"):
+            message = self._write_message(MESSAGE_PROMPT.format(**fields))   # Communication, before Planning
+        menu = build_menu(self.memory, communicate=communicate and bool(message),
+                          capacity=self.env.container_capacity, message=message)
+        lines = [f"{LETTERS[i]}. {p.describe(self.memory.goal)}" for i, p in enumerate(menu)]
+        prompt = PLAN_PROMPT.format(**fields, menu="\n".join(lines))
         if self.choice == "score":
-            index = self._score_letters(prompt + "Answer with the letter of the best plan.", len(options))
+            index = self._score_letters(prompt + "Answer with the letter of the best plan.", len(menu))
             self.parse_counts["scored"] += 1
             return menu[index]
-        messages = [{"role": "user", "content": prompt + (
-            "Let's think step by step about the best next plan." if self.cot else
-            "Answer with the letter of the best next plan.")}]
-        reply = self._generate(messages, self.reasoning_tokens if self.cot else 12)
+        final = "Answer with the best next plan, as it is written above." if self.choice == "constrained" else \
+            "Answer with the letter of the best next plan."
+        messages = [{"role": "user", "content": prompt + ("Let's think step by step about the best next plan."
+                                                          if self.cot else final)}]
         if self.cot:
+            reply = self._generate(messages, self.reasoning_tokens)
             messages += [{"role": "assistant", "content": reply},
-                         {"role": "user", "content": "So the single best plan is which letter? Answer with the "
-                                                     "letter only."}]
-            reply = self._generate(messages, 12)
-        index, rule = parse_choice(reply, options, self.rng)
+                         {"role": "user", "content": "So the single best plan is which one? " + final}]
+        if self.choice == "constrained":
+            from iclr24.llm import choose
+
+            self.llm_calls += 1
+            index = choose(self.llm, messages, lines).index
+            self.parse_counts["constrained"] += 1
+            return menu[index]
+        index, rule = parse_choice(self._generate(messages, 12), [line[3:] for line in lines], self.rng)
         self.parse_counts[rule] += 1
         return menu[index]
+
+    def _write_message(self, prompt: str) -> str:
+        """The LLM's message: its quoted part where it has one (as the official agent keeps), else its first line,
+        without quotes (a reply cut at ``message_tokens`` may open a quote it never closes)."""
+        reply = self._generate([{"role": "user", "content": prompt}], self.message_tokens)
+        quoted = re.search(r'"([^"]+)"', reply)
+        text = quoted.group(1) if quoted else reply.strip().split("\n")[0]
+        return text.strip().strip('"').strip()
 
     def _score_letters(self, prompt: str, n: int) -> int:
         from iclr24.llm import reply_logprobs
@@ -357,13 +395,11 @@ class CoELAAgent:
 
     # -- communication -----------------------------------------------------------------------------------------
     def _message(self) -> dict:
-        """Communication: the LLM writes the message (template fields), or the rule-based template."""
+        """Send the message plan's text (written by the LLM before planning), or the rule-based template's."""
         mem = self.memory
         found = sorted(mem.news)
-        if self.llm is not None and self.planner is None:
-            text = self._generate([{"role": "user", "content": MESSAGE_PROMPT.format(
-                name=self.name, goal=mem.goal, memory=mem.summary(), actions="; ".join(mem.actions[-10:]),
-                dialogue=" | ".join(f"{w}: {t}" for w, t in mem.dialogue[-3:]) or "none")}], self.message_tokens)
+        if self.plan.target:
+            text = self.plan.target
         else:
             by_room: dict[str, list[str]] = {}
             for item in found:

@@ -14,9 +14,10 @@ menu line, or the same message as last time). ``PrefixCachedLM`` wraps a local t
 
 Both change only the shapes of the matrix products (a prompt split in two, several positions in one pass), so a
 reply equals the plain greedy reply up to float rounding (a near-tie between two tokens could in principle go
-the other way). Everything that is not a plain greedy call (sampling, ``n > 1``, stop strings,
-log-probabilities, structured output options, a backend without torch weights) goes to the wrapped model
-unchanged.
+the other way). Greedy calls with a ``response_format`` reuse prefixes too and mask each token with the grammar
+(no drafts); a token the grammar forces (the only one it allows: the rest of a menu line once its letter is out)
+is taken without a pass of its own. Everything else (sampling, ``n > 1``, stop strings, log-probabilities, a
+backend without torch weights) goes to the wrapped model unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 import torch
 
 from iclr24.llm import Completion, with_system
+from iclr24.llm.structured import GrammarConstraint, check_complete, output_format, require_grammar
 
 __all__ = ["PrefixCachedLM", "lookup_draft"]
 
@@ -81,11 +83,18 @@ class PrefixCachedLM:
     def generate(self, prompt, *, max_tokens: int = 256, stop: Sequence[str] = (), temperature: float = 0.0,
                  top_p: float = 1.0, seed: int | None = None, n: int = 1, system: str | None = None,
                  logprobs: bool = False, **options) -> list[Completion]:
+        response_format = options.pop("response_format", None)
         if temperature != 0 or n != 1 or stop or logprobs or options or not isinstance(max_tokens, int) \
-                or max_tokens < 1:   # anything but plain greedy decoding (e.g. a response_format) is the model's
+                or max_tokens < 1:   # anything but greedy decoding, plain or constrained, is the model's
             return self.inner.generate(prompt, max_tokens=max_tokens, stop=stop, temperature=temperature,
-                                       top_p=top_p, seed=seed, n=n, system=system, logprobs=logprobs, **options)
-        return [self._greedy(self._ids(with_system(prompt, system)), max_tokens)]
+                                       top_p=top_p, seed=seed, n=n, system=system, logprobs=logprobs,
+                                       response_format=response_format, **options)
+        ids = self._ids(with_system(prompt, system))
+        fmt = output_format(response_format)
+        require_grammar(self.inner, fmt)
+        completion = self._greedy(ids, max_tokens, GrammarConstraint(self.tokenizer, fmt, len(ids)) if fmt else None)
+        check_complete(fmt, completion.text, completion.finish_reason)
+        return [completion]
 
     def next_token_logprobs(self, token_ids):
         return self.inner.next_token_logprobs(token_ids)
@@ -136,7 +145,10 @@ class PrefixCachedLM:
         return cache, common
 
     @torch.no_grad()
-    def _greedy(self, ids: list[int], max_tokens: int) -> Completion:
+    def _greedy(self, ids: list[int], max_tokens: int, constraint: GrammarConstraint | None = None) -> Completion:
+        """Greedy decoding from the longest cached prefix. Under a grammar ``constraint`` each token is the argmax
+        over the tokens the grammar allows; where it allows one token only, that token is taken without a pass
+        (the argmax of one candidate needs no logits), and the forced tokens are fed with the next pass needed."""
         start = time.perf_counter()
         cache, common = self._prefix(ids)
         logits = self._forward(ids[common:], cache, last_only=True)
@@ -144,6 +156,8 @@ class PrefixCachedLM:
         while len(self._caches) > self.keep:
             self._caches.popitem(last=False)
         new: list[int] = []
+        if constraint is not None:
+            return self._constrained(ids, max_tokens, constraint, cache, logits[-1], start)
         token = int(logits[-1].argmax())
         while True:
             new.append(token)
@@ -165,6 +179,27 @@ class PrefixCachedLM:
                 token = greedy[accepted]
                 continue
             break
+        return self._completion(ids, new, max_tokens, start)
+
+    def _constrained(self, ids: list[int], max_tokens: int, constraint: GrammarConstraint, cache,
+                     logits: torch.Tensor, start: float) -> Completion:
+        new: list[int] = []
+        unfed: list[int] = []                      # tokens chosen but not yet run through the model
+        while True:
+            allowed = torch.isfinite(constraint(torch.tensor([ids + new]), torch.zeros(1, logits.shape[-1]))[0])
+            if int(allowed.sum()) == 1:            # forced: e.g. the rest of a menu line once its letter is out
+                token = int(allowed.nonzero()[0, 0])
+            else:
+                if unfed:
+                    logits = self._forward(unfed, cache)[-1]
+                    unfed = []
+                token = int(logits.masked_fill(~allowed[: logits.shape[-1]], float("-inf")).argmax())
+            new.append(token)
+            unfed.append(token)
+            if token in self._eos or len(new) >= max_tokens:
+                return self._completion(ids, new, max_tokens, start)
+
+    def _completion(self, ids: list[int], new: list[int], max_tokens: int, start: float) -> Completion:
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         finish = "stop" if new[-1] in self._eos or len(new) < max_tokens else "length"
         return Completion(text, finish, len(ids), len(new), time.perf_counter() - start)

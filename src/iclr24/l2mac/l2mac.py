@@ -57,7 +57,8 @@ class StepLog:
     status: str = "running"
     calls: int = 0
     tool_calls: dict[str, int] = field(default_factory=dict)
-    parse_failures: int = 0
+    parse_failures: int = 0  # finished replies with no valid tool call
+    cut_replies: int = 0  # replies cut at their token limit before the call was complete
     overflows: int = 0
     failed_checks: int = 0
     summary: str = ""
@@ -107,12 +108,16 @@ class _Agent:
     #: a context with less room than this for the reply has overflowed
     min_reply_tokens = 64
 
-    def __init__(self, llm, *, context_tokens: int, reply_tokens: int, timeout_s: float) -> None:
+    def __init__(self, llm, *, context_tokens: int, reply_tokens: int, timeout_s: float,
+                 constrain: bool = True) -> None:
         check_int("context_tokens", context_tokens, minimum=256)
         check_int("reply_tokens", reply_tokens, minimum=self.min_reply_tokens)
         if not 0 < timeout_s < float("inf"):
             raise ValueError(f"timeout_s must be finite and > 0, got {timeout_s!r}")
+        if not isinstance(constrain, bool):
+            raise TypeError(f"constrain must be a bool, got {constrain!r}")
         self.llm, self.context_tokens, self.reply_tokens, self.timeout_s = llm, context_tokens, reply_tokens, timeout_s
+        self.constrain = constrain
 
     def tokens(self, messages: list[dict]) -> int:
         """The messages' length in the model's tokens (4 more a message: role and separators); over HTTP,
@@ -136,13 +141,16 @@ class _Agent:
         room = max(1, min(max_tokens or self.reply_tokens, self.context_tokens - used))
         native = getattr(self.llm, "generate_with_tools", None) if tools else None
         if native is not None:
-            return native(list(messages), {name: TOOLS[name] for name in tools}, max_tokens=room,
-                          temperature=temperature, seed=len(codebase.trace), force=force)
-        # a backend that constrains its output writes only well-formed calls to the offered tools
-        constrained = {"response_format": tool_call_format((force,) if force else tools)} \
-            if tools and self.llm.capabilities.grammar else {}
-        return self.llm.generate(list(messages), max_tokens=room, temperature=temperature,
-                                 seed=len(codebase.trace), **constrained)[0]
+            completion = native(list(messages), {name: TOOLS[name] for name in tools}, max_tokens=room,
+                                temperature=temperature, seed=len(codebase.trace), force=force)
+        else:
+            # a backend that constrains its output writes only well-formed calls to the offered tools
+            constrained = {"response_format": tool_call_format((force,) if force else tools)} \
+                if tools and self.constrain and self.llm.capabilities.grammar else {}
+            completion = self.llm.generate(list(messages), max_tokens=room, temperature=temperature,
+                                           seed=len(codebase.trace), **constrained)[0]
+        codebase.trace[-1]["reply_tokens"] = getattr(completion, "completion_tokens", None)
+        return completion
 
     def _parse(self, completion, log: StepLog, messages: list[dict]):
         """The tool call of a reply, or None after telling the model what was wrong. A reply cut at the
@@ -152,7 +160,11 @@ class _Agent:
             if call.repaired and completion.finish_reason == "length":
                 raise ToolCallError("the reply was cut at the end of the context window; write less per call")
         except ToolCallError as error:
-            log.parse_failures += 1
+            # a reply cut at its token limit is unfinished, not malformed: under a grammar it is a valid prefix
+            if completion.finish_reason == "length":
+                log.cut_replies += 1
+            else:
+                log.parse_failures += 1
             messages.append({"role": "user", "content": prompts.REPAIR.format(error=error)})
             return None
         log.tool_calls[call.name] = log.tool_calls.get(call.name, 0) + 1
@@ -187,6 +199,8 @@ class L2MAC(_Agent):
         timeout_s: limit of each sandboxed run (tests, programs).
         enable_tests: run the checks after each write and on ``step_complete`` (the official flag); False
             accepts every step unchecked, which isolates the error-correction loop. The final check always runs.
+        constrain: on a backend that constrains its output (``capabilities.grammar``), force every tool call into
+            the offered tools' schemas; False leaves the model free (to measure how often it writes no valid call).
 
     Example::
 
@@ -197,8 +211,9 @@ class L2MAC(_Agent):
 
     def __init__(self, llm, *, context_tokens: int = 4096, max_steps: int = 10, max_retries_per_step: int = 30,
                  max_calls_per_step: int = 24, reply_tokens: int = 768, timeout_s: float = 30.0,
-                 enable_tests: bool = True) -> None:
-        super().__init__(llm, context_tokens=context_tokens, reply_tokens=reply_tokens, timeout_s=timeout_s)
+                 enable_tests: bool = True, constrain: bool = True) -> None:
+        super().__init__(llm, context_tokens=context_tokens, reply_tokens=reply_tokens, timeout_s=timeout_s,
+                         constrain=constrain)
         self.enable_tests = bool(enable_tests)
         self.max_steps = check_int("max_steps", max_steps, minimum=1)
         self.max_retries_per_step = check_int("max_retries_per_step", max_retries_per_step, minimum=0)
@@ -320,8 +335,9 @@ class SingleContext(_Agent):
     """
 
     def __init__(self, llm, *, context_tokens: int = 4096, max_calls: int = 60, reply_tokens: int = 768,
-                 timeout_s: float = 30.0) -> None:
-        super().__init__(llm, context_tokens=context_tokens, reply_tokens=reply_tokens, timeout_s=timeout_s)
+                 timeout_s: float = 30.0, constrain: bool = True) -> None:
+        super().__init__(llm, context_tokens=context_tokens, reply_tokens=reply_tokens, timeout_s=timeout_s,
+                         constrain=constrain)
         self.max_calls = check_int("max_calls", max_calls, minimum=1)
 
     def run(self, task: str, *, progress=None) -> Codebase:

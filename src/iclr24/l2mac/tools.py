@@ -21,16 +21,19 @@ from iclr24.l2mac.filestore import FileStore
 __all__ = ["TOOLS", "CheckResult", "ToolCall", "ToolCallError", "Toolbox", "parse_tool_call", "tool_call_text",
            "tool_signatures"]
 
-_FILES = {"type": "array", "items": {"type": "string"}}
+_TEXT = {"type": "string", "minLength": 1}
+_FILES = {"type": "array", "items": _TEXT}
+# A plan and a write need at least one step or file: under constrained decoding a small model otherwise fills the
+# schema with empty lists (SmolLM2 wrote `"steps": []` and `"files": []`), calls that do nothing.
+_SOME = {"minItems": 1}
 #: name -> (description, JSON schema of the arguments). ``write_plan`` is only offered for the plan.
 TOOLS: dict[str, tuple[str, dict]] = {
     "write_plan": ("Give the plan: the list of steps, each a detailed instruction for a separate agent.",
-                   {"type": "object", "properties": {"steps": _FILES}, "required": ["steps"]}),
+                   {"type": "object", "properties": {"steps": {**_FILES, **_SOME}}, "required": ["steps"]}),
     "write_files": ("Write whole files.",
                     {"type": "object", "required": ["files"], "properties": {"files": {
-                        "type": "array", "items": {"type": "object", "required": ["path", "contents"],
-                                                   "properties": {"path": {"type": "string"},
-                                                                  "contents": {"type": "string"}}}}}}),
+                        "type": "array", **_SOME, "items": {"type": "object", "required": ["path", "contents"],
+                                                            "properties": {"path": _TEXT, "contents": _TEXT}}}}}),
     "view_files": ("Show files.",
                    {"type": "object", "properties": {"files": _FILES}, "required": ["files"]}),
     "delete_files": ("Delete files.", {"type": "object", "properties": {"files": _FILES}, "required": ["files"]}),
@@ -157,6 +160,8 @@ def _check_value(where: str, value, spec: dict) -> None:
     expected = {"string": str, "array": list, "object": dict}[kind]
     if not isinstance(value, expected):
         raise ToolCallError(f"{where} must be a JSON {kind}, got {type(value).__name__}")
+    if len(value) < spec.get("minLength", spec.get("minItems", 0)):
+        raise ToolCallError(f"{where} must not be empty")
     if kind == "array":
         for i, item in enumerate(value):
             _check_value(f"{where}[{i}]", item, spec["items"])

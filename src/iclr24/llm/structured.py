@@ -172,9 +172,12 @@ def choose(llm, prompt, options: Sequence[str], *, temperature: float = 0.0, see
         raise ValueError(f"options must be a non-empty list of non-empty strings, got {options!r}")
     if llm.capabilities.grammar:
         pattern = "|".join(re.escape(o) for o in options)
-        reply = llm.generate(prompt, max_tokens=_token_budget(llm, options), temperature=temperature, seed=seed,
-                             response_format={"type": "regex", "pattern": f"({pattern})"})[0].text
-        return Choice(options.index(reply), reply, "constrained")
+        completion = llm.generate(prompt, max_tokens=_token_budget(llm, options), temperature=temperature, seed=seed,
+                                  response_format={"type": "regex", "pattern": f"({pattern})"})[0]
+        if completion.text not in options:  # only a reply cut short (finish 'length') can be none of them
+            raise RuntimeError(f"the constrained reply {completion.text!r} is none of the options (finish "
+                               f"{completion.finish_reason!r}); the backend stopped before an option was complete")
+        return Choice(options.index(completion.text), completion.text, "constrained")
     reply = llm.generate(prompt, max_tokens=64, temperature=temperature, seed=seed)[0].text.lower()
     for i, option in enumerate(options):
         if option.lower() in reply:
