@@ -8,11 +8,13 @@ with Feature Dimension Separation". ICLR 2024. https://openreview.net/forum?id=F
 """
 
 from iclr24.orthogonal_classifier.classifier import (
+    ARC_MIXINGS,
     FixedNonNegativeOrthogonalClassifier,
     LearnableClassifier,
     SimplexETFClassifier,
     arc_mixup,
     arc_mixup_loss,
+    class_balanced_pairs,
     masked_cross_entropy,
 )
 from iclr24.orthogonal_classifier.collapse import (
@@ -23,8 +25,10 @@ from iclr24.orthogonal_classifier.collapse import (
     nc3_self_duality,
     own_block_energy,
     raw_mean_cosine,
+    zero_mean_collapse,
 )
 
-__all__ = ["FixedNonNegativeOrthogonalClassifier", "LearnableClassifier", "SimplexETFClassifier", "arc_mixup",
-           "arc_mixup_loss", "class_means", "masked_cross_entropy", "nc1", "nc2_equiangular", "nc2_equinorm",
-           "nc3_self_duality", "own_block_energy", "raw_mean_cosine"]
+__all__ = ["ARC_MIXINGS", "FixedNonNegativeOrthogonalClassifier", "LearnableClassifier", "SimplexETFClassifier",
+           "arc_mixup", "arc_mixup_loss", "class_balanced_pairs", "class_means", "masked_cross_entropy", "nc1",
+           "nc2_equiangular", "nc2_equinorm", "nc3_self_duality", "own_block_energy", "raw_mean_cosine",
+           "zero_mean_collapse"]

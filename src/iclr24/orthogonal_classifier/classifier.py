@@ -1,7 +1,7 @@
 """The fixed non-negative orthogonal classifier, arc-mixup, and the masked softmax (Kim & Kim, ICLR 2024).
 
 The classifier is a fixed matrix ``W`` (num_classes, in_features): a random permutation of the
-feature dimensions is cut into one block per class (leftover dimensions go to random classes),
+feature dimensions is cut into one block per class (the leftover dimensions go one each to distinct random classes),
 ``W[c, block_c] = 1`` and each row is L2-normalised. It is non-negative with disjoint supports,
 so its rows are orthonormal, and it is never trained. With non-negative features (a ReLU before
 it) training drives the *raw* class means to be orthogonal and to live in their own class's
@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_tensor
 
-__all__ = ["FixedNonNegativeOrthogonalClassifier", "LearnableClassifier", "SimplexETFClassifier", "arc_mixup",
-           "arc_mixup_loss", "masked_cross_entropy"]
+__all__ = ["ARC_MIXINGS", "FixedNonNegativeOrthogonalClassifier", "LearnableClassifier", "SimplexETFClassifier",
+           "arc_mixup", "arc_mixup_loss", "class_balanced_pairs", "masked_cross_entropy"]
 
 
 class FixedNonNegativeOrthogonalClassifier(nn.Module):
@@ -51,8 +51,10 @@ class FixedNonNegativeOrthogonalClassifier(nn.Module):
         per_class = in_features // num_classes
         owner = torch.empty(in_features, dtype=torch.long)
         owner[order[:per_class * num_classes]] = torch.arange(num_classes).repeat_interleave(per_class)
-        leftover = order[per_class * num_classes:]  # to random classes
-        owner[leftover] = torch.randint(num_classes, (len(leftover),), generator=generator)
+        # The D mod C leftover dimensions go one each to distinct random classes (as the official OrthLinear does),
+        # so block sizes differ by at most one.
+        leftover = order[per_class * num_classes:]
+        owner[leftover] = torch.randperm(num_classes, generator=generator)[:len(leftover)]
         W = F.one_hot(owner, num_classes).T.float()  # (C, D): W[c, d] = 1 where class c owns d
         self.register_buffer("weight", W / W.sum(1, keepdim=True).sqrt())
         self.register_buffer("owner", owner)
@@ -118,35 +120,77 @@ def masked_cross_entropy(logits: Tensor, targets: Tensor, classes: Tensor | None
     return F.cross_entropy(logits.masked_fill(~mask, float("-inf")), targets)
 
 
-def arc_mixup(x_a: Tensor, x_b: Tensor, alpha: float = 1.0, *, generator: torch.Generator | None = None
-              ) -> tuple[Tensor, Tensor]:
-    """Arc-mixup's inputs: ``a = sin(pi lam / 2)`` with ``lam ~ Beta(alpha, alpha)`` per sample, and
-    ``a x_a + sqrt(1 - a^2) x_b``; the two weights lie on the unit circle, so a mix of two orthogonal
-    class directions keeps unit norm. Returns ``(mixed, a)``, ``a`` of shape ``(batch,)``."""
+ARC_MIXINGS = ("arc", "convex")
+
+
+def arc_mixup(x_a: Tensor, x_b: Tensor, alpha: float = 1.0, *, mixing: str = "arc", per_sample: bool = False,
+              generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Arc-mixup's inputs and arc weight: ``lam ~ Beta(alpha, alpha)``, ``a = sin(pi lam / 2)``.
+
+    The target is always ``a w_{y_a} + sqrt(1 - a^2) w_{y_b}`` (:func:`arc_mixup_loss`); the inputs are mixed by
+
+    - ``mixing="arc"``: ``a x_a + sqrt(1 - a^2) x_b``, the weights on the unit circle (the official ``mask``
+      trainer, ``arc_mixup_cls_cbs_sync_data``, which every official long-tailed FNO config uses);
+    - ``mixing="convex"``: ``n x_a + (1 - n) x_b`` with ``n = a / (a + sqrt(1 - a^2))``, the arc weights rescaled
+      to sum to one (the official ``arc_mixup_cls`` and ``arc_mixup_cls_cbs``).
+
+    One ``lam`` for the whole batch, as the official code draws it; ``per_sample=True`` draws one per row (this
+    package's first reading). Returns ``(mixed, a)``, ``a`` of shape ``(batch,)`` either way.
+    """
     if x_a.shape != x_b.shape:
         raise ValueError(f"x_a and x_b must have the same shape, got {tuple(x_a.shape)} and {tuple(x_b.shape)}")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < math.inf:
         raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
-    beta = torch.distributions.Beta(torch.tensor(float(alpha)), torch.tensor(float(alpha)))
-    u = torch.rand(x_a.shape[0], generator=generator)
-    lam = _beta_icdf(beta, u)
+    if mixing not in ARC_MIXINGS:
+        raise ValueError(f"mixing must be one of {ARC_MIXINGS}, got {mixing!r}")
+    n = x_a.shape[0]
+    lam = _beta_icdf(alpha, torch.rand(n if per_sample else 1, generator=generator)).expand(n)
     a = torch.sin(math.pi * lam / 2).to(x_a.dtype)
+    b = (1 - a ** 2).clamp_min(0).sqrt()
+    weight_a, weight_b = (a, b) if mixing == "arc" else (a / (a + b), b / (a + b))
     shape = (-1,) + (1,) * (x_a.dim() - 1)
-    return a.view(shape) * x_a + (1 - a ** 2).clamp_min(0).sqrt().view(shape) * x_b, a
+    return weight_a.view(shape) * x_a + weight_b.view(shape) * x_b, a
 
 
-def _beta_icdf(beta: torch.distributions.Beta, u: Tensor) -> Tensor:
-    """Beta quantiles of uniform draws (scipy's inverse regularised incomplete beta): seeded by ``u``."""
+def _beta_icdf(alpha: float, u: Tensor) -> Tensor:
+    """Quantiles of ``Beta(alpha, alpha)`` at uniform draws (scipy's inverse regularised incomplete beta): the
+    draws stay seeded by the caller's generator."""
     from scipy.special import betaincinv
 
-    return torch.as_tensor(betaincinv(float(beta.concentration1), float(beta.concentration0), u.double().numpy()),
-                           dtype=torch.float32)
+    return torch.as_tensor(betaincinv(float(alpha), float(alpha), u.double().numpy()), dtype=torch.float32)
+
+
+def class_balanced_pairs(labels: Tensor, *, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Row indices ``(a, b)`` into a batch for arc-mixup, as the official ``get_indices_balancely`` draws them.
+
+    ``a`` resamples the batch with replacement, each class present equally likely (a row of class c has
+    probability ``1 / (K n_c)``, K classes in the batch); each ``b`` is drawn the same way from the rows of the
+    *other* classes, so a pair never shares a class. Needs at least two classes in ``labels``.
+    """
+    check_tensor("labels", labels, ndim=1, finite=False)
+    classes, inverse, counts = labels.unique(return_inverse=True, return_counts=True)
+    if len(classes) < 2:
+        raise ValueError(f"class_balanced_pairs needs at least two classes in labels to pair across classes, got "
+                         f"only class {classes.tolist()}")
+    n = len(labels)
+    a = torch.multinomial(1.0 / counts[inverse].double(), n, replacement=True, generator=generator)
+    b = torch.empty(n, dtype=torch.long)
+    for k in range(len(classes)):
+        rows = torch.nonzero(inverse[a] == k).flatten()
+        if len(rows) == 0:
+            continue
+        others = inverse != k
+        counts_without = torch.bincount(inverse[others], minlength=len(classes))
+        weights = torch.where(others, 1.0 / counts_without[inverse].clamp_min(1).double(), 0.0)
+        b[rows] = torch.multinomial(weights, len(rows), replacement=True, generator=generator)
+    return a, b
 
 
 def arc_mixup_loss(features: Tensor, classifier: FixedNonNegativeOrthogonalClassifier, y_a: Tensor, y_b: Tensor,
-                   a: Tensor, *, eps: float = 1e-6) -> Tensor:
-    """``-log <f~, m>``: the features masked to the blocks of the batch's classes and L2-normalised, against
-    the target ``m = a w_{y_a} + sqrt(1 - a^2) w_{y_b}``."""
+                   a: Tensor, *, classes: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """``-log <f~, m>``: the features masked to the blocks of ``classes`` (default: those in ``y_a`` and ``y_b``;
+    the official ``mask`` trainer keeps the blocks of every class in the batch) and L2-normalised, against the
+    target ``m = a w_{y_a} + sqrt(1 - a^2) w_{y_b}``."""
     check_tensor("features", features, ndim=2, shape_doc="(batch, in_features)", finite=False)
     n = features.shape[0]
     for name, value in (("y_a", y_a), ("y_b", y_b), ("a", a)):
@@ -155,7 +199,11 @@ def arc_mixup_loss(features: Tensor, classifier: FixedNonNegativeOrthogonalClass
             raise ValueError(f"{name} must have one entry per row of features ({n}), got shape {tuple(value.shape)}")
     if not a.is_floating_point() or bool(((a < 0) | (a > 1) | a.isnan()).any()):
         raise ValueError(f"a must hold mixing weights in [0, 1] (arc_mixup's second output), got {a.tolist()}")
-    mask = classifier.feature_mask(torch.cat([y_a, y_b]).unique()).to(features.dtype)
+    kept = torch.cat([y_a, y_b]).unique() if classes is None else torch.as_tensor(classes).flatten()
+    if not torch.isin(torch.cat([y_a, y_b]), kept).all():
+        raise ValueError(f"classes must include every class in y_a and y_b, got classes {kept.tolist()} for pairs "
+                         f"of classes {torch.cat([y_a, y_b]).unique().tolist()}")
+    mask = classifier.feature_mask(kept).to(features.dtype)
     f = F.normalize(features * mask, dim=-1)
     W = classifier.weight
     m = a[:, None] * W[y_a] + (1 - a ** 2).clamp_min(0).sqrt()[:, None] * W[y_b]

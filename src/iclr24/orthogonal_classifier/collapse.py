@@ -13,7 +13,7 @@ from torch import Tensor
 from iclr24.core.checks import check_tensor
 
 __all__ = ["class_means", "nc1", "nc2_equiangular", "nc2_equinorm", "nc3_self_duality", "own_block_energy",
-           "raw_mean_cosine"]
+           "raw_mean_cosine", "zero_mean_collapse"]
 
 
 def class_means(features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -86,6 +86,48 @@ def own_block_energy(features: Tensor, labels: Tensor, owner: Tensor) -> float:
                          f"{tuple(owner.shape)}")
     shares = [float((mu[owner == c] ** 2).sum() / (mu ** 2).sum().clamp_min(1e-30)) for c, mu in zip(classes, means)]
     return sum(shares) / len(shares)
+
+
+def zero_mean_collapse(features: Tensor, labels: Tensor, weight: Tensor) -> dict[str, float]:
+    """The paper's zero-mean neural-collapse measures: Papyan et al.'s NC1-NC4 with the global mean set to 0, as
+    the official code (``znc_utils.py``) computes them; each is 0 at zero-mean collapse.
+
+    - ``znc1``: ``tr(S_W S_B^+) / C`` with ``S_W`` the mean over classes of each class's covariance and
+      ``S_B = mean_c mu_c mu_c^T`` (raw means);
+    - ``znc2_equinorm``: std / mean of the raw means' norms (unbiased std);
+    - ``znc2_equiangularity``: std of the cosines between raw means over pairs (unbiased);
+    - ``znc2_max_angle``: mean cosine between raw means over pairs (0: orthogonal means, the maximal angle in the
+      non-negative orthant);
+    - ``znc3``: ``|| W / ||W|| - M / ||M|| ||_F^2`` between the rows of ``weight`` and the raw means (squared, as
+      the official ``class_mean_convergence``; ``2 - 2 cos(W, M)``);
+    - ``znc4_ncc``: the share of samples whose nearest class mean is not their class's.
+
+    ``weight`` has one row per class id; the rows of the classes present in ``labels`` are compared.
+    """
+    classes, means = class_means(features, labels)
+    features, means = features.double(), means.double()
+    weight = check_tensor("weight", torch.as_tensor(weight), ndim=2, shape_doc="(num_classes, d)").double()
+    if weight.shape[1] != means.shape[1] or weight.shape[0] <= int(classes.max()):
+        raise ValueError(f"weight must be (num_classes > {int(classes.max())}, d={means.shape[1]}): one row per class "
+                         f"id in labels, got shape {tuple(weight.shape)}")
+    C = len(classes)
+    within = torch.zeros(means.shape[1], means.shape[1], dtype=torch.float64)
+    for c, mu in zip(classes, means):
+        deviation = features[labels == c] - mu
+        within += deviation.T @ deviation / len(deviation)
+    within /= C
+    between = means.T @ means / C
+    norms = means.norm(dim=1)
+    pairs = torch.triu(torch.ones(C, C, dtype=torch.bool), diagonal=1)
+    cosines = _cosines(means)[pairs]
+    W = weight[classes]
+    nearest = classes[torch.cdist(features, means).argmin(1)]
+    return {"znc1": float(torch.trace(within @ torch.linalg.pinv(between)) / C),
+            "znc2_equinorm": float(norms.std() / norms.mean()),
+            "znc2_equiangularity": float(cosines.std()) if len(cosines) > 1 else 0.0,
+            "znc2_max_angle": float(cosines.mean()),
+            "znc3": float((W / W.norm() - means / means.norm()).norm() ** 2),
+            "znc4_ncc": float((nearest != labels).double().mean())}
 
 
 def _cosines(vectors: Tensor) -> Tensor:
