@@ -1,9 +1,13 @@
 """Dir-ResolvNet's resolvent filters and the collapse of heavy clusters."""
 
+import warnings
+
 import pytest
 import torch
 
-from iclr24.holonets import CollapsedGraph, ResolventConv, collapse_clusters, dense_laplacian
+from iclr24.holonets import CollapsedGraph, ResolventConv, UnbalancedClusterWarning, collapse_clusters, dense_laplacian
+
+UNBALANCED = pytest.warns(UnbalancedClusterWarning, match="not balanced")
 
 torch.set_num_threads(1)
 
@@ -71,9 +75,12 @@ def test_collapse_known_values():
     # node weights (1, 2) make pi = mu rho / sum = (0.2, 0.8).
     heavy = torch.tensor([True, True, False, False, False, False])
     w = torch.tensor(WEIGHTS)
-    plain = collapse_clusters(EDGE_INDEX, 5, w, heavy=heavy)
+    with pytest.warns(UnbalancedClusterWarning, match=r"the clusters of nodes \[\[0, 1\]\]"):
+        plain = collapse_clusters(EDGE_INDEX, 5, w, heavy=heavy)
     torch.testing.assert_close(plain.pi[:2], torch.tensor([1 / 3, 2 / 3], dtype=torch.float64))
-    weighted = collapse_clusters(EDGE_INDEX, 5, w, heavy=heavy, node_weight=torch.tensor([1.0, 2.0, 1.0, 1.0, 4.0]))
+    with pytest.warns(UnbalancedClusterWarning):
+        weighted = collapse_clusters(EDGE_INDEX, 5, w, heavy=heavy,
+                                     node_weight=torch.tensor([1.0, 2.0, 1.0, 1.0, 4.0]))
     assert weighted.num_clusters == 4 and weighted.cluster[0] == weighted.cluster[1]
     torch.testing.assert_close(weighted.pi[:2], torch.tensor([0.2, 0.8], dtype=torch.float64))
     c = weighted.cluster
@@ -112,7 +119,8 @@ def _directed_clusters(seed):
 def test_the_resolvent_converges_to_the_collapsed_graphs_at_rate_one_over_scale():
     edge_index, w, heavy, n = _directed_clusters(0)
     mu = torch.linspace(0.5, 2.0, n, dtype=torch.float64)
-    collapsed = collapse_clusters(edge_index, n, w, heavy=heavy, node_weight=mu)
+    with pytest.warns(UnbalancedClusterWarning):
+        collapsed = collapse_clusters(edge_index, n, w, heavy=heavy, node_weight=mu)
     members = collapsed.cluster == collapsed.cluster[1]
     assert (collapsed.pi[members] - mu[members] / mu[members].sum()).abs().max() > 0.05  # pi is not the plain mean
     C = collapsed.num_clusters
@@ -143,7 +151,10 @@ def test_a_resolvent_network_on_fine_graphs_converges_to_the_lifted_coarse_netwo
     torch.manual_seed(2)
     data = clustered_digraphs(1, directed_clusters=directed, seed=3)[0]
     w, x, mu = data.edge_weight.double(), data.x.double(), data.node_weight.double()
-    collapsed = collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collapsed = collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
+    assert [w.category for w in caught] == ([UnbalancedClusterWarning] if directed else [])
     # with directed heavy edges only the forward branch has this limit (the reverse one has its own pi')
     alpha = 1.0 if directed else 0.5
     convs = [ResolventConv(4, 8, alpha=alpha).double(), ResolventConv(8, 3, alpha=alpha).double()]
@@ -160,12 +171,64 @@ def test_with_directed_clusters_the_reverse_branch_has_another_limit():
     torch.manual_seed(2)
     data = clustered_digraphs(1, directed_clusters=True, seed=3)[0]
     w, x, mu = data.edge_weight.double(), data.x.double(), data.node_weight.double()
-    collapsed = collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
+    with UNBALANCED:
+        collapsed = collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
     conv = ResolventConv(4, 3, alpha=0.0).double()
     coarse = collapsed.lift(conv(collapsed.project(x), collapsed.edge_index, collapsed.edge_weight,
                                  node_weight=collapsed.node_weight))
     fine = conv(x, data.edge_index, torch.where(data.heavy, 1e4 * w, w), node_weight=mu)
     assert (fine - coarse).abs().max() > 1e-2 * coarse.abs().max()
+
+
+def _relative_gaps(conv, collapsed, x, edge_index, w, heavy, mu, scales):
+    """max |fine output - lifted coarse output| / max |coarse output| at each heavy-edge scale."""
+    with torch.no_grad():
+        coarse = collapsed.lift(conv(collapsed.project(x), collapsed.edge_index, collapsed.edge_weight,
+                                     node_weight=collapsed.node_weight))
+        return [float((conv(x, edge_index, torch.where(heavy, s * w, w), node_weight=mu) - coarse).abs().max()
+                      / coarse.abs().max()) for s in scales]
+
+
+def test_bonds_with_unequal_twin_weights_warn_and_only_the_forward_filter_converges():
+    """Issue #51: every heavy edge has a twin, but of another weight. The clusters are then not balanced, the
+    reverse operator L' collapses to another graph, and a filter with alpha < 1 stops at a fixed error (0.18
+    here) however heavy the bonds grow; the forward-only filter still converges as 1/s."""
+    from iclr24.holonets.data import clustered_digraphs
+
+    data = clustered_digraphs(1, seed=3)[0]
+    w, x, mu = data.edge_weight.double(), data.x.double(), data.node_weight.double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnbalancedClusterWarning)  # equal twins: balanced, no warning
+        collapse_clusters(data.edge_index, data.num_nodes, w, heavy=data.heavy, node_weight=mu)
+    factor = 0.5 + torch.rand(w.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    unequal = torch.where(data.heavy, w * factor, w)
+    with UNBALANCED:
+        collapsed = collapse_clusters(data.edge_index, data.num_nodes, unequal, heavy=data.heavy, node_weight=mu)
+    torch.manual_seed(1)
+    for alpha in (1.0, 0.5):
+        conv = ResolventConv(4, 3, alpha=alpha).double()
+        gaps = _relative_gaps(conv, collapsed, x, data.edge_index, unequal, data.heavy, mu, (1e3, 1e5))
+        if alpha == 1.0:
+            assert gaps[1] < 1e-5 and gaps[0] / gaps[1] == pytest.approx(100, rel=0.1)
+        else:
+            assert gaps[1] > 5e-2 and gaps[1] == pytest.approx(gaps[0], rel=0.1)
+
+
+def test_a_balanced_directed_cycle_collapses_for_both_branches_without_a_warning():
+    # heavy 0 -> 1 -> 2 -> 0, equal weights, no twins: every member's out-weight equals its in-weight, so pi is
+    # the node-weighted mean for L and L' alike and a two-branch filter converges too
+    edge_index = torch.tensor([[0, 1, 2, 2, 3, 3, 4], [1, 2, 0, 3, 0, 4, 1]])
+    w = torch.tensor([1.5, 1.5, 1.5, 0.7, 0.4, 1.0, 0.3], dtype=torch.float64)
+    heavy = torch.tensor([True, True, True, False, False, False, False])
+    mu = torch.tensor([1.0, 2.0, 0.5, 1.0, 1.5], dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnbalancedClusterWarning)
+        collapsed = collapse_clusters(edge_index, 5, w, heavy=heavy, node_weight=mu)
+    torch.testing.assert_close(collapsed.pi[:3], mu[:3] / 3.5)
+    x = torch.randn(5, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(1)
+    gaps = _relative_gaps(ResolventConv(2, 3, alpha=0.5).double(), collapsed, x, edge_index, w, heavy, mu, (1e3, 1e5))
+    assert gaps[1] < 1e-4 and gaps[0] / gaps[1] == pytest.approx(100, rel=0.1)
 
 
 def test_faber_conv_grows_with_the_heavy_edges_where_the_resolvent_stays_bounded():
@@ -219,7 +282,8 @@ def test_repr_and_bad_arguments():
 def test_collapse_needs_one_terminal_part_per_cluster():
     # heavy 0 -> 1 -> 2, no way back: one terminal part ({2}), so the three collapse onto node 2's value
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
-    chain = collapse_clusters(edge_index, 4, heavy=torch.tensor([True, True, False]))
+    with UNBALANCED:
+        chain = collapse_clusters(edge_index, 4, heavy=torch.tensor([True, True, False]))
     assert chain.num_clusters == 2 and chain.pi[:3].tolist() == pytest.approx([0.0, 0.0, 1.0], abs=1e-12)
     # heavy 0 -> 1 and 0 -> 2: two terminal parts, no single collapsed node
     with pytest.raises(ValueError, match="has 2 terminal strongly connected parts"):
@@ -235,7 +299,8 @@ def test_a_one_way_heavy_edge_converges_to_its_target_node():
     # heavy 0 -> 1 (weight s), light 1 -> 2 and 2 -> 0: node 0 follows node 1, pi = (0, 1)
     edge_index, w = torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.tensor([1.0, 1.0, 0.5], dtype=torch.float64)
     heavy = torch.tensor([True, False, False])
-    collapsed = collapse_clusters(edge_index, 3, w, heavy=heavy)
+    with UNBALANCED:
+        collapsed = collapse_clusters(edge_index, 3, w, heavy=heavy)
     assert collapsed.pi.tolist() == pytest.approx([0.0, 1.0, 1.0], abs=1e-12)
     eye = torch.eye(collapsed.num_clusters, dtype=torch.float64)
     R_red = torch.linalg.inv(eye + dense_laplacian(collapsed.edge_index, collapsed.num_clusters,

@@ -89,6 +89,37 @@ def test_imm_on_three_separated_groups_cuts_between_them():
     assert cuts == [5.5, 15.5]
 
 
+def test_imm_thresholds_include_the_gap_next_to_a_centre():
+    # centres 1 (cluster 0: 0, 2) and 5 (cluster 1: 1.5, 8.5). Between the point 1.5 and the centre 1, t = 1.25
+    # makes one mistake (the point 2). The authors' notebook only tries midpoints of consecutive point values
+    # strictly between the centres (here 1.75: two mistakes); IMM's minimum over all thresholds is 1.
+    X = np.array([[0.0], [2.0], [1.5], [8.5]])
+    tree, mistakes = imm_tree(X, np.array([0, 0, 1, 1]), build_features("raw", X, "linear", 1.0))
+    assert mistakes == 1 and tree.nodes[0].threshold == 1.25
+
+
+def test_kernel_matrix_features_follow_the_data_order_and_drop_repeats():
+    X = np.array([[0.3, 5.0], [-1.0, 5.0], [0.3, 4.0], [2.0, 6.0]])
+    features = build_features("kernel_matrix", X, "rbf", 1.0)
+    np.testing.assert_array_equal(features.coordinates, [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(features.params, [0.3, -1.0, 2.0, 5.0, 4.0, 6.0])
+
+
+def test_kernel_imm_on_circles_equals_the_authors_notebook():
+    """The authors' notebook (kernelmatrix_imm, check_all_cuts=True), run on the same kernel k-means labels
+    (issue #51): its root cut is the kernel column of point 24 on x1 and its price 1.0370. Its columns are the
+    training points in data order and IMM keeps the first of equal-mistake cuts, so the order of the features
+    decides the tree: with anchors in sorted order the cut was another point's (price 1.0375, ARI 0.973)."""
+    X, _ = make_circles(300, factor=0.4, noise=0.04, random_state=0)
+    gamma = 3.0 / (X.shape[1] * X.var())  # the experiment's choice on seed 0 (5.146)
+    kkm = KernelKMeans(2, gamma=gamma, random_state=0).fit(X)
+    tree = KernelIMM(2, gamma=gamma, features="kernel_matrix", kernel_kmeans=kkm).fit(X)
+    root = tree.tree_.nodes[0]
+    assert root.coordinate == 1 and tree.features_.params[root.feature] == X[24, 1]
+    assert tree.mistakes_ == 45
+    assert tree.price_ == pytest.approx(1.0370, abs=5e-5)
+
+
 def test_best_interval_split_hand_checked():
     x = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [12.0]])
     mistakes = 1.0 - np.eye(2)[[0, 0, 0, 1, 1, 1]]

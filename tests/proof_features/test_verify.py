@@ -1,3 +1,7 @@
+import json
+from functools import partial
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -173,8 +177,8 @@ def crown_one_hidden_layer(W1, b1, W2, b2, lo, hi, label):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_crown_equals_its_written_out_form_on_one_hidden_layer(seed):
-    """Pins CROWN's tightness: a looser sound relaxation (say a lower slope of 0) fails this. On deeper nets our
-    bounds equal auto_LiRPA 0.7.1's CROWN to 1e-14 (checked in the review of issue #5)."""
+    """Pins CROWN's tightness: a looser sound relaxation (say a lower slope of 0) fails this. Deeper nets are pinned
+    to auto_LiRPA's CROWN below (test_crown_equals_auto_lirpa_on_deeper_nets_layer_by_layer)."""
     g = torch.Generator().manual_seed(seed)
     W1, b1 = torch.randn(8, 4, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64)
     W2, b2 = torch.randn(3, 8, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
@@ -207,3 +211,30 @@ def test_clip_eps_label_and_input_shape_at_the_boundary():
         verify(model, x, 0.01, 1.5)
     with pytest.raises(ValueError, match="in_features=4 receives inputs of shape"):
         as_affine_net(model, (5,))
+
+
+CROWN_REFERENCE = json.loads((Path(__file__).with_name("crown_reference.json")).read_text())
+
+
+def test_the_crown_reference_states_where_it_came_from():
+    assert CROWN_REFERENCE["provenance"].startswith("auto_LiRPA 0.7.1")
+    depths = sorted({len(case["weights"]) - 1 for case in CROWN_REFERENCE["cases"]})
+    assert depths == [2, 3]
+
+
+@pytest.mark.parametrize("case", CROWN_REFERENCE["cases"], ids=lambda case: case["name"])
+def test_crown_equals_auto_lirpa_on_deeper_nets_layer_by_layer(case):
+    """Pins every hidden layer's bounds, not only the first: a sound but looser relaxation anywhere past the first
+    layer (say every bound of hidden layers >= 2 widened by 0.01) changes that layer's bounds and the margins'.
+    The reference is auto_LiRPA's CROWN, generated once by make_crown_reference.py (provenance in the file)."""
+    as_tensor = partial(torch.tensor, dtype=torch.float64)
+    net = AffineNet([as_tensor(W) for W in case["weights"]], [as_tensor(b) for b in case["biases"]])
+    clip = tuple(case["clip"]) if case["clip"] is not None else None
+    result = verify(net, as_tensor(case["x"]), case["eps"], case["label"], "crown", clip=clip)
+    assert len(result.layer_bounds) == len(case["layer_bounds"])
+    for k, ((lower, upper), reference) in enumerate(zip(result.layer_bounds, case["layer_bounds"])):
+        torch.testing.assert_close(lower, as_tensor(reference["lower"]), rtol=0, atol=1e-12,
+                                   msg=lambda m, k=k: f"hidden layer {k + 1}, lower bounds: {m}")
+        torch.testing.assert_close(upper, as_tensor(reference["upper"]), rtol=0, atol=1e-12,
+                                   msg=lambda m, k=k: f"hidden layer {k + 1}, upper bounds: {m}")
+    torch.testing.assert_close(result.lower_bounds, as_tensor(case["margin_lower_bounds"]), rtol=0, atol=1e-12)

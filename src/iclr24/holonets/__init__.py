@@ -18,6 +18,7 @@ imported when first used.
 from iclr24.holonets.operators import (
     CollapsedGraph,
     GraphCache,
+    UnbalancedClusterWarning,
     characteristic_operator,
     collapse_clusters,
     dense_characteristic_operator,
@@ -40,8 +41,9 @@ _LAZY = {
     "load_real_dataset": "iclr24.holonets.data",
 }
 
-__all__ = ["CollapsedGraph", "GraphCache", "ResolventConv", "characteristic_operator", "collapse_clusters",
-           "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum", *_LAZY]
+__all__ = ["CollapsedGraph", "GraphCache", "ResolventConv", "UnbalancedClusterWarning", "characteristic_operator",
+           "collapse_clusters", "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum",
+           *_LAZY]
 
 
 def require_pyg() -> None:

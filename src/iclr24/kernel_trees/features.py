@@ -175,9 +175,12 @@ def build_features(kind: str, X: np.ndarray, kernel, gamma: float, taylor_degree
             )
         coords, anchors = [], []
         for i in range(d):
-            values = np.unique(X[:, i])  # repeated values give identical features
+            # one feature per training point, in the data's order (the authors' n x d kernel-matrix columns): IMM
+            # breaks ties in mistakes by the lowest feature, so the order decides the tree. A repeated value gives
+            # an identical feature and keeps only its first occurrence, the column such a tie-break would pick.
+            values, first = np.unique(X[:, i], return_index=True)
+            anchors.append(values[np.argsort(first)])
             coords.append(np.full(len(values), i))
-            anchors.append(values)
         return SurrogateFeatures("kernel_matrix", kernel, gamma, np.concatenate(coords), np.concatenate(anchors))
     if kind == "taylor":
         if kernel != "rbf":
