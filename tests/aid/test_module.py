@@ -112,12 +112,22 @@ def test_gradients_reach_every_parameter():
 
 def test_dropout_touches_only_the_initial_components_in_training():
     torch.manual_seed(0)
-    aid = AID(4, 3, 2, 5, dropout=0.5)
-    x = torch.randn(8, 3, 4)
+    aid = AID(4, 3, 2, 5, dropout=0.5).double()
+    x = torch.randn(64, 3, 4, dtype=torch.float64)
+    seen = []
+    hook = aid.output.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
     aid.eval()
     assert torch.equal(aid(x), aid(x))
     aid.train()
-    assert not torch.allclose(aid(x), aid(x))
+    aid(x)
+    hook.remove()
+    (initial_eval, refined_eval), _, (initial_train, refined_train) = (z.split(5, dim=-1) for z in seen)
+    # The refined slots s_j pass the output map untouched: dropout there (or anywhere upstream) changes them.
+    torch.testing.assert_close(refined_train, refined_eval, atol=0, rtol=0)
+    # Each initial component entry is either dropped (0) or kept and scaled by 1 / (1 - p) = 2.
+    kept = initial_train != 0
+    torch.testing.assert_close(initial_train[kept], 2 * initial_eval[kept], atol=0, rtol=0)
+    assert 0.3 < kept.double().mean() < 0.7
     aid.dropout.p = 0.0
     torch.testing.assert_close(aid(x), aid.eval()(x))
 

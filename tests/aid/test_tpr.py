@@ -1,5 +1,8 @@
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from iclr24.aid import FastWeightMemory, LinearTransformerLayer, causal_linear_attention, tpr_read, tpr_write
 from iclr24.aid.tpr import memory_reads
@@ -152,6 +155,44 @@ def test_causal_linear_attention_equals_the_recurrent_fast_weight_form():
         outs.append(torch.einsum("bhd,bhde->bhe", q[:, :, t], S) / (torch.einsum("bhd,bhd->bh", q[:, :, t], z)
                                                                      [..., None] + 1e-5))
     torch.testing.assert_close(causal_linear_attention(q, k, v), torch.stack(outs, dim=2))
+
+
+@pytest.mark.parametrize("sum_norm", [False, True])
+def test_linear_transformer_layer_follows_the_official_wikitext_equations(sum_norm):
+    """The official sum-update AID layer (attn_type 9998), written out step by step on this layer's own weights.
+
+    Its fast weights W_t = W_{t-1} + k_t v_t^T are read with q_t and divided by q_t . sum_{s<=t} k_s + eps; with
+    ``use_sum_norm`` the feature-mapped k and q are first divided by their sums. Our layer equals the official one
+    to 9e-16 (docs/aid.md); this pins the same equations without the official code.
+    """
+    torch.manual_seed(0)
+    H, d, D, T = 2, 4, 12, 6
+    layer = LinearTransformerLayer(D, H, d, decomposition="aid", sum_norm=sum_norm).double().eval()
+    h = torch.randn(3, T, D, dtype=torch.float64)
+    q, k, v = layer.qkv(h).view(3, T, 3, H, d).unbind(2)
+    k, v = layer.aid(layer.aid_inputs(h).view(3, T, 2 * H, d), initial=torch.cat([k, v], dim=2)).split(H, dim=2)
+    q, k = F.elu(q) + 1, F.elu(k) + 1
+    if sum_norm:
+        q, k = q / q.sum(-1, keepdim=True), k / k.sum(-1, keepdim=True)
+    W = torch.zeros(3, H, d, d, dtype=torch.float64)
+    z = torch.zeros(3, H, d, dtype=torch.float64)
+    outs = []
+    for t in range(T):
+        W = W + k[:, t, :, :, None] * v[:, t, :, None, :]
+        z = z + k[:, t]
+        read = torch.einsum("bhd,bhde->bhe", q[:, t], W) / (torch.einsum("bhd,bhd->bh", q[:, t], z)[..., None] + 1e-5)
+        outs.append(read.reshape(3, H * d) / math.sqrt(d))
+    expected = layer.norm(h + layer.out(torch.stack(outs, dim=1)))
+    torch.testing.assert_close(layer(h), expected, atol=1e-12, rtol=1e-12)
+    other = LinearTransformerLayer(D, H, d, decomposition="aid", sum_norm=not sum_norm).double().eval()
+    other.load_state_dict(layer.state_dict())
+    assert (other(h) - expected).abs().max() > 1e-3  # the key normalisation reweights the past: not a no-op
+    assert ("sum_norm=True" in repr(layer)) == sum_norm
+
+
+def test_linear_transformer_sum_norm_must_be_a_bool():
+    with pytest.raises(TypeError, match="sum_norm must be a bool, got str"):
+        LinearTransformerLayer(12, 2, 4, sum_norm="yes")
 
 
 @pytest.mark.parametrize("decomposition", ["aid", "mlp"])

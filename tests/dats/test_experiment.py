@@ -61,3 +61,11 @@ def test_presets_and_config_checks():
         Config(model="mad")
     with pytest.raises(ValueError, match="etas must be a non-empty grid"):
         Config(etas=())
+
+
+def test_normalize_scores_reaches_both_dats_samplers_and_is_off_by_default():
+    from iclr24.dats.experiment import _sampler
+
+    for name in ("dats_w", "dats_rp"):
+        assert _sampler(name, Config(normalize_scores=True), 5, 0.5).normalize_scores
+        assert not _sampler(name, Config(), 5, 0.5).normalize_scores  # the paper's raw scores

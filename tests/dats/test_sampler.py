@@ -9,6 +9,7 @@ from iclr24.dats import (
     UniformTaskSampler,
     allocate_points,
     gradient_alignment,
+    normalized_scores,
 )
 
 # A 3-task case worked by hand. Unit validation directions v = (1,0), (0,1), (-1,0); training directions
@@ -50,6 +51,36 @@ def test_dats_update_is_q_times_exp_eta_s():
     # consecutive KL: q is the previous p, so a second identical update compounds
     p2 = sampler.update(TRAIN_LOSSES, VAL_LOSSES, TRAIN_GRADS, VAL_GRADS)
     assert p2.tolist() == pytest.approx(_softmax([1.0 * s for s in S]), abs=1e-12)
+
+
+def test_normalized_scores_divide_by_the_root_of_the_summed_losses():
+    # sum L^train = 5.25, sum L^val = 6: s / sqrt(31.5)
+    s = normalized_scores(torch.tensor(S, dtype=torch.float64), TRAIN_LOSSES, VAL_LOSSES)
+    assert s.tolist() == pytest.approx([v / math.sqrt(31.5) for v in S], abs=1e-12)
+    assert normalized_scores(torch.tensor(S), torch.zeros(3), VAL_LOSSES).tolist() == [0.0] * 3
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_normalized_dats_gives_one_eta_the_same_tilt_at_any_loss_scale(scale, dtype):
+    sampler = DifficultyAwareTaskSampler(3, eta=0.5, normalize_scores=True)
+    p = sampler.update((TRAIN_LOSSES * scale).to(dtype), (VAL_LOSSES * scale).to(dtype), TRAIN_GRADS.to(dtype),
+                       VAL_GRADS.to(dtype))
+    assert p.tolist() == pytest.approx(_softmax([0.5 * v / math.sqrt(31.5) for v in S]), abs=1e-6)
+    assert sampler.last_scores.tolist() == pytest.approx([v / math.sqrt(31.5) for v in S], abs=1e-6)
+
+
+def test_raw_dats_scores_carry_the_loss_scale():
+    # the review's finding: eta 0.5 on another loss scale put nearly all the probability on one task
+    grads = torch.ones(3, 4, dtype=torch.float64)
+    losses = torch.tensor([10.0, 2.0, 1.0], dtype=torch.float64)
+    raw = [DifficultyAwareTaskSampler(3, eta=0.5).update(c * losses, c * losses, grads, grads).max().item()
+           for c in (0.01, 1.0)]
+    assert raw[0] < 0.4 and raw[1] > 0.95
+    normalized = [DifficultyAwareTaskSampler(3, eta=0.5, normalize_scores=True).update(c * losses, c * losses, grads,
+                                                                                       grads).max().item()
+                  for c in (0.01, 1.0, 100.0)]
+    assert normalized == pytest.approx([normalized[0]] * 3, abs=1e-12) and 0.4 < normalized[0] < 0.45
 
 
 def test_dats_uniform_kl_restarts_from_uniform_each_update():
@@ -117,6 +148,7 @@ def test_allocate_sums_to_the_budget_and_respects_the_minimum_for_random_probabi
     (lambda: DifficultyAwareTaskSampler(0, eta=1.0), "n_tasks must be >= 1"),
     (lambda: DifficultyAwareTaskSampler(3, eta=-1.0), "eta must be >= 0"),
     (lambda: DifficultyAwareTaskSampler(3, eta=1.0, kl="forward"), "kl must be 'consecutive' or 'uniform'"),
+    (lambda: DifficultyAwareTaskSampler(3, eta=1.0, normalize_scores="yes"), "normalize_scores must be a bool"),
     (lambda: DifficultyAwareTaskSampler(4, eta=1.0, floor=0.3), "floor must be <= 0.25"),
     (lambda: DifficultyAwareTaskSampler(3, eta=1.0).update(TRAIN_LOSSES), "needs val_losses"),
     (lambda: DifficultyAwareTaskSampler(3, eta=1.0).update(TRAIN_LOSSES[:2], VAL_LOSSES, TRAIN_GRADS, VAL_GRADS),

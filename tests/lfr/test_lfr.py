@@ -36,6 +36,66 @@ def test_loss_known_value():
     assert batch_barlow_loss(prediction, target, lam=0.3).item() == pytest.approx(expected, rel=1e-6)
 
 
+# The official Income recipe (layer6ai-labs/lfr: scripts/income/run_income_lfr.sh, main.py's argparse defaults for
+# what the script does not set, utils/trainers.py): our defaults are these numbers.
+OFFICIAL_INCOME = {"n_projectors": 6,          # --num_targets 6
+                   "projector_dim": 256,       # --dim 256 / --pred_dim 256
+                   "lam": 0.01,                # main.py --lambd default 0.01 (bt_loss_bs's too)
+                   "pred_epochs": 1,           # --pred_epochs 1
+                   "diversity": "dpp",         # dpp.py on the candidates
+                   "epochs": 100, "batch_size": 128, "lr": 1e-3,  # --epochs 100 -b 128 --lr 0.001
+                   "weight_decay": 0.0}        # --wd 0
+
+
+def _defaults(fn):
+    import inspect
+
+    return {k: v.default for k, v in inspect.signature(fn).parameters.items() if v.default is not inspect._empty}
+
+
+def test_defaults_are_the_official_income_recipe():
+    from iclr24.lfr import LFRTransformer
+    from iclr24.lfr.training import SelfSupervised
+
+    ours = _defaults(LFR.__init__) | _defaults(SelfSupervised.fit)
+    assert {k: ours[k] for k in OFFICIAL_INCOME} == OFFICIAL_INCOME
+    transformer = LFRTransformer().get_params()
+    assert {k: transformer[k] for k in OFFICIAL_INCOME if k != "weight_decay"} == {
+        k: v for k, v in OFFICIAL_INCOME.items() if k != "weight_decay"}
+    assert (transformer["dim"], transformer["hidden"], transformer["depth"]) == (256, 256, 4)  # 4-layer MLP, 256
+    assert _defaults(batch_barlow_loss)["lam"] == 0.01
+    assert make_lfr(n_projectors=2).n_candidates == 20  # --target_sample_ratio 10: 10 K candidates
+
+
+def test_the_default_loss_weighs_the_off_diagonal_by_the_official_0_01():
+    # the hand case of test_loss_known_value, at the default lam: on-diagonal (1/sqrt2 - 1)^2, off-diagonal 0.01 / 2
+    prediction = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    target = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    expected = (1 / math.sqrt(2) - 1) ** 2 + 0.01 * 0.5
+    assert batch_barlow_loss(prediction, target).item() == pytest.approx(expected, rel=1e-6)
+    model = make_lfr(n_projectors=2, diversity=None)
+    X = torch.randn(16, 5)
+    predictions, targets = model(X)
+    by_hand = torch.stack([batch_barlow_loss(p, z, lam=0.01) for p, z in zip(predictions, targets)]).mean()
+    torch.testing.assert_close(model.loss(X), by_hand)
+
+
+def test_lfr_is_a_torch_module_and_lfr_transformer_the_scikit_learn_estimator():
+    from sklearn.base import clone
+
+    from iclr24.lfr import LFRTransformer
+
+    with pytest.raises(TypeError, match="get_params"):  # documented: LFR trains its encoder in place
+        clone(make_lfr(n_projectors=2))
+    encoder = nn.Linear(4, 3)
+    original = LFRTransformer(encoder, n_projectors=2, projector_dim=4, lam=0.1, epochs=2, random_state=0)
+    copy = clone(original)
+    assert copy.get_params(deep=False).keys() == original.get_params(deep=False).keys()
+    assert copy.lam == 0.1 and copy.encoder is not encoder and not hasattr(copy, "model_")
+    X = np.random.default_rng(0).normal(size=(32, 4))
+    np.testing.assert_array_equal(copy.fit(X).transform(X), clone(original).fit(X).transform(X))
+
+
 def test_loss_is_positive_off_target_and_its_off_diagonal_term_scales_with_lam():
     torch.manual_seed(0)
     p, z = torch.randn(8, 5), torch.randn(8, 5)

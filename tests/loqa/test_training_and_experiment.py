@@ -104,6 +104,21 @@ def test_a_coin_game_that_was_not_played_is_not_run_rather_than_failed():
     assert coin.verdict == "not run" and "coin_iterations=0" in coin.evidence.reason and not coin.holds
 
 
+def test_a_run_with_coin_iterations_zero_reports_the_coin_claim_as_not_run(tmp_path):
+    # end to end (issue #51): the runner, the config's allow_zero and the claim agree; the other claims still judged
+    from iclr24.core.runner import run
+    from iclr24.loqa.experiment import CLAIM_COIN
+
+    record = run("loqa", preset="smoke", overrides={"coin_iterations": 0, "iterations": 20, "eval_every": 10,
+                                                    "batch_size": 16}, runs_dir=tmp_path, quiet=True, threads=1)
+    assert record.ok, record.result.get("traceback")
+    verdicts = {c["statement"]: c["verdict"] for c in record.result["claims"]}
+    assert verdicts.pop(CLAIM_COIN) == "not run"
+    assert "not run" not in verdicts.values()
+    coin = next(c for c in record.result["claims"] if c["statement"] == CLAIM_COIN)
+    assert "coin_iterations=0" in coin["measured"] and not coin["holds"]
+
+
 def test_axelrod_scores_a_memory_one_policy():
     axl = pytest.importorskip("axelrod")
     from iclr24.loqa import FixedMemoryOne, axelrod_tournament

@@ -215,3 +215,98 @@ def test_the_layer_exposes_the_base_weight_for_models_that_read_it():
     base = linear()
     layer = MoLoRALinear(base, 2)
     assert layer.weight is base.weight and layer.bias is base.bias
+
+
+def _official_mov_attention(heads: torch.Tensor, kernel: torch.Tensor, scaling: torch.Tensor) -> torch.Tensor:
+    """The official ``MoVAttention`` (for-ai/parameter-efficient-moe, src/mov.py), written out in torch.
+
+    ``heads`` (batch, seq, H, kv) is the key or value projection split into heads; the router is one dense map
+    ``kernel`` (kv, E) applied to every head's features (flax ``DenseGeneral`` on the last axis), softmax over E;
+    ``scaling`` is (H, E, kv); ``einsum('...e,...ed->...d')`` broadcasts the heads.
+    """
+    probs = torch.softmax(torch.einsum("bshd,de->bshe", heads, kernel), dim=-1)
+    return heads * torch.einsum("bshe,hed->bshd", probs, scaling)
+
+
+@pytest.mark.parametrize("num_heads", [1, 2, 4])
+def test_per_head_mov_equals_the_official_attention_equations(num_heads):
+    base = linear(6, 8, dtype=torch.float64)
+    layer = perturb(MoVLinear(base, num_experts=3, num_heads=num_heads))
+    kv = 8 // num_heads
+    assert layer.mov_scaling.shape == (num_heads, 3, kv) and layer.router.weight.shape == (3, kv)
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    heads = base(x).unflatten(-1, (num_heads, kv))
+    expected = _official_mov_attention(heads, layer.router.weight.T, layer.mov_scaling).flatten(-2)
+    torch.testing.assert_close(layer(x), expected, atol=1e-14, rtol=1e-14)
+    assert int(layer.top1_count.sum()) == 2 * 5 * num_heads  # one routing decision per (token, head)
+
+
+def test_per_head_routing_differs_from_whole_output_routing_and_starts_as_the_base():
+    base = linear(6, 8, dtype=torch.float64)
+    x = torch.randn(4, 6, dtype=torch.float64)
+    torch.testing.assert_close(MoVLinear(base, 3, num_heads=4)(x), base(x))  # vectors at one: the base
+    per_head = perturb(MoVLinear(base, 3, num_heads=4))
+    whole = MoVLinear(base, 3)
+    with torch.no_grad():  # the same vectors for every head, but one routing for the whole output
+        whole.mov_scaling.copy_(per_head.mov_scaling.permute(1, 0, 2).flatten(1))
+    assert (per_head(x) - whole(x)).abs().max() > 1e-2
+    one = perturb(MoVLinear(base, 3, num_heads=1))
+    flat = MoVLinear(base, 3)
+    with torch.no_grad():
+        flat.mov_scaling.copy_(one.mov_scaling[0])
+        flat.router.weight.copy_(one.router.weight)
+    torch.testing.assert_close(one(x), flat(x), atol=1e-15, rtol=1e-15)  # one head: the whole-output mode
+
+
+def test_per_head_mode_errors_name_the_argument():
+    with pytest.raises(ValueError, match="num_heads must divide out_features \\(5\\) into heads, got 2"):
+        MoVLinear(linear(6, 5), 3, num_heads=2)
+    with pytest.raises(ValueError, match="feedforward site .* has no heads"):
+        MoVLinear(linear(6, 8), 3, feedforward=True, num_heads=2)
+    with pytest.raises(ValueError, match="num_heads must be >= 1"):
+        MoVLinear(linear(6, 8), 3, num_heads=0)
+    assert "scales=output, num_heads=2, top_k=None" in repr(MoVLinear(linear(6, 8), 3, num_heads=2))
+
+
+def test_router_statistics_top1_fraction_on_a_hand_case():
+    from iclr24.moe_peft import MoVConfig, get_moe_model
+
+    net = nn.Sequential(nn.Linear(2, 2))
+    with torch.no_grad():
+        net[0].weight.copy_(torch.eye(2))
+        net[0].bias.zero_()
+    model = get_moe_model(net, MoVConfig(num_experts=3, target_modules=["0"]))
+    with torch.no_grad():
+        model.moe_layers()["0"].router.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]))
+    # the router sees h = x; logits (2, 0, -2), (0, 2, -2), (-2, -2, 4), (3, 0.5, -3.5): experts 0, 1, 2, 0
+    x = torch.tensor([[2.0, 0.0], [0.0, 2.0], [-2.0, -2.0], [3.0, 0.5]])
+    model(x)
+    stats = model.router_statistics()["0"]
+    assert stats.tokens == 4
+    assert stats.top1_fraction.tolist() == [0.5, 0.25, 0.25]
+    logits = [[2.0, 0.0, -2.0], [0.0, 2.0, -2.0], [-2.0, -2.0, 4.0], [3.0, 0.5, -3.5]]
+    probs = [[math.exp(v) / sum(math.exp(w) for w in row) for v in row] for row in logits]
+    expected = [sum(p[e] for p in probs) / 4 for e in range(3)]
+    assert stats.mean_probability.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_mov_config_num_heads_routes_the_key_and_value_sites_per_head(tmp_path):
+    from iclr24.moe_peft import MoVConfig, get_moe_model
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+
+    model = get_moe_model(mlp(), MoVConfig(4, ["2", "4"], ["4"], num_heads=4))
+    layers = model.moe_layers()
+    assert layers["2"].num_heads == 4 and layers["2"].mov_scaling.shape == (4, 4, 4)
+    assert layers["4"].num_heads is None and layers["4"].feedforward  # the FFN site has no heads
+    perturb(layers["2"])
+    path = model.save_adapter(tmp_path / "adapter.safetensors")
+    again = get_moe_model(mlp(), MoVConfig(4, ["2", "4"], ["4"], num_heads=4)).load_adapter(path)
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(again(x), model(x))
+    with pytest.raises(ValueError, match="num_heads"):
+        get_moe_model(mlp(), MoVConfig(4, ["2", "4"], ["4"])).load_adapter(path)
+    with pytest.raises(ValueError, match="num_heads must be >= 1"):
+        MoVConfig(4, num_heads=0)

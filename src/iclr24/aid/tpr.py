@@ -281,6 +281,8 @@ class LinearTransformerLayer(nn.Module):
         decomposition: ``"aid"`` or ``"mlp"`` (the plain linear transformer).
         iterations: AID iterations. dropout: on the layer output. aid_dropout: AID's dropout on the layer's own
         keys and values (0.5, as the paper's code hard-codes it). eps: the normaliser's floor and AID's.
+        sum_norm: divide each feature-mapped key and query by its sum before the attention (the official layer's
+        ``use_sum_norm``; off in the paper's WikiText-103 run, attn_type 9998, which this layer equals to 1e-15).
 
     Shapes:
         - input: (batch, time, d_model)
@@ -288,9 +290,12 @@ class LinearTransformerLayer(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, d_head: int, *, decomposition: str = "aid", iterations: int = 2,
-                 dropout: float = 0.0, aid_dropout: float = 0.5, eps: float = 1e-5) -> None:
+                 dropout: float = 0.0, aid_dropout: float = 0.5, eps: float = 1e-5, sum_norm: bool = False) -> None:
         super().__init__()
         self.decomposition = _check_decomposition(decomposition)
+        if not isinstance(sum_norm, bool):
+            raise TypeError(f"sum_norm must be a bool, got {type(sum_norm).__name__}")
+        self.sum_norm = sum_norm
         self.d_model = check_int("d_model", d_model, minimum=1)
         self.n_heads = H = check_int("n_heads", n_heads, minimum=1)
         self.d_head = check_int("d_head", d_head, minimum=1)
@@ -315,10 +320,14 @@ class LinearTransformerLayer(nn.Module):
             inputs = self.aid_inputs(h).view(B, T, 2 * H, d)
             k, v = self.aid(inputs, initial=torch.cat([k, v], dim=2)).split(H, dim=2)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, H, T, d)
-        o = causal_linear_attention(elu_plus_one(q), elu_plus_one(k), v, self.eps) / math.sqrt(d)
+        q, k = elu_plus_one(q), elu_plus_one(k)
+        if self.sum_norm:  # q's factor cancels in the ratio (up to eps); k's reweights the past tokens
+            q, k = q / q.sum(-1, keepdim=True), k / k.sum(-1, keepdim=True)
+        o = causal_linear_attention(q, k, v, self.eps) / math.sqrt(d)
         o = o.transpose(1, 2).reshape(B, T, H * d)
         return self.norm(h + self.dropout(self.out(o)))
 
     def extra_repr(self) -> str:
-        return f"decomposition={self.decomposition!r}, n_heads={self.n_heads}, d_head={self.d_head}"
+        return (f"decomposition={self.decomposition!r}, n_heads={self.n_heads}, d_head={self.d_head}"
+                + (", sum_norm=True" if self.sum_norm else ""))
 

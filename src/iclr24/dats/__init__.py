@@ -26,6 +26,7 @@ from iclr24.dats.sampler import (
     UniformTaskSampler,
     allocate_points,
     gradient_alignment,
+    normalized_scores,
 )
 from iclr24.dats.training import MetaTrainingHistory, PointSet, meta_train, relative_l2, task_losses
 
@@ -46,6 +47,7 @@ __all__ = [
     "derivatives",
     "gradient_alignment",
     "meta_train",
+    "normalized_scores",
     "rad_probabilities",
     "relative_l2",
     "select_by_residual",

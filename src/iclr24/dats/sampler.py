@@ -30,6 +30,7 @@ __all__ = [
     "UniformTaskSampler",
     "allocate_points",
     "gradient_alignment",
+    "normalized_scores",
 ]
 
 
@@ -55,6 +56,17 @@ def gradient_alignment(train_losses: torch.Tensor, val_losses: torch.Tensor, tra
     cosine = g_train @ g_val.T
     scale = torch.sqrt(train_losses.double()[:, None] * val_losses.double()[None, :])
     return (scale * cosine).sum(dim=1)
+
+
+def normalized_scores(scores: torch.Tensor, train_losses: torch.Tensor, val_losses: torch.Tensor) -> torch.Tensor:
+    """DATS's scores with the loss scale taken out: ``s_i / sqrt(sum_j L_j^train * sum_j L_j^val)``.
+
+    Equal to ``sum_j sqrt(l_i l'_j) cos(g_i^train, g_j^val)`` with ``l = L^train / sum L^train`` and
+    ``l' = L^val / sum L^val`` the loss shares: unchanged when the losses are multiplied by a constant, and at most
+    ``sqrt(n_tasks)`` in size. All-zero losses give zero scores. (n_tasks,) each; returns (n_tasks,) float64.
+    """
+    total = torch.sqrt(train_losses.double().sum() * val_losses.double().sum())
+    return scores.double() / total if total > 0 else torch.zeros_like(scores, dtype=torch.float64)
 
 
 _REAL = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -197,17 +209,36 @@ class DifficultyAwareTaskSampler(TaskSampler):
         Minimum probability of every task, in [0, 1/n_tasks]: the update's result is mixed with
         the uniform distribution so that no task starves. 0 is the paper's update; with it and the
         consecutive KL, a probability that underflows to 0 stays 0.
+    normalize_scores : bool
+        Divide the scores by ``sqrt(sum_j L_j^train * sum_j L_j^val)`` before the update, which turns
+        ``sqrt(L_i^train L_j^val)`` into the same product of loss *shares* (ours, off by default: the paper
+        uses the raw scores). The normalised score does not change when every loss is multiplied by one
+        constant, nor grow with the number of tasks, so one ``eta`` means the same tilt on any problem.
+
+    Notes
+    -----
+    The raw score is in the units of the losses: multiplying every loss by ``c`` multiplies ``s`` by ``c``,
+    and so the step ``eta s``. The paper's ``eta = 0.005`` belongs to its loss scale (residual weight
+    0.005); on a loss 100 times larger the same ``eta`` is a step 100 times larger. For example three tasks
+    whose training and validation losses are 10, 2 and 1, with aligned gradients, put ``p = 0.99`` on the
+    first task after a single update at ``eta = 0.5`` (0.35 at a hundredth of those losses). Either choose
+    ``eta`` on the validation loss of the problem at hand, as the experiment does, or set
+    ``normalize_scores=True`` (the first task then gets 0.43 at any scale).
     """
 
     needs_gradients = True
 
     def __init__(self, n_tasks: int, eta: float, *, period: int = 10,
-                 kl: Literal["consecutive", "uniform"] = "consecutive", floor: float = 0.0) -> None:
+                 kl: Literal["consecutive", "uniform"] = "consecutive", floor: float = 0.0,
+                 normalize_scores: bool = False) -> None:
         super().__init__(n_tasks, period=period, floor=floor)
         self.eta = check_number("eta", eta, minimum=0.0)
         if kl not in ("consecutive", "uniform"):
             raise ValueError(f"kl must be 'consecutive' or 'uniform', got {kl!r}")
+        if not isinstance(normalize_scores, bool):
+            raise TypeError(f"normalize_scores must be a bool, got {type(normalize_scores).__name__}")
         self.kl = kl
+        self.normalize_scores = normalize_scores
         self.last_scores: torch.Tensor | None = None
 
     def _next(self, train_losses, val_losses, train_grads, val_grads) -> torch.Tensor:
@@ -222,6 +253,8 @@ class DifficultyAwareTaskSampler(TaskSampler):
             raise ValueError(f"train_grads and val_grads must have the same shape, got {tuple(train_grads.shape)} "
                              f"and {tuple(val_grads.shape)}")
         s = gradient_alignment(train_losses, val_losses, train_grads, val_grads)
+        if self.normalize_scores:
+            s = normalized_scores(s, train_losses, val_losses)
         self.last_scores = s
         log_q = self._p.log() if self.kl == "consecutive" else torch.zeros_like(self._p)
         return torch.softmax(log_q + self.eta * s, dim=0)  # q exp(eta s) / Z, without overflow

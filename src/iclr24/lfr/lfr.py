@@ -81,6 +81,16 @@ class LFR(SelfSupervised):
         K linear heads ``Linear(dim, projector_dim)``.
     selected_ : list of int
         Indices of the chosen candidates.
+
+    Notes
+    -----
+    A torch module, not a scikit-learn estimator: it trains the encoder it is given in place and draws its
+    candidate projectors in ``__init__``, so ``sklearn.base.clone`` (which rebuilds an estimator from its
+    constructor arguments) cannot copy it and raises ``TypeError``. The scikit-learn estimator is
+    :class:`~iclr24.lfr.LFRTransformer`: it takes the same hyperparameters, deep-copies the encoder and builds
+    an LFR inside ``fit``, so it clones, grid-searches and sits in pipelines. The defaults are the official
+    Income recipe (K 6, width 256, 10 K candidates by DPP, lam 0.01, one predictor epoch; ``fit``: 100
+    epochs, batch 128, Adam 1e-3).
     """
 
     def __init__(self, encoder: nn.Module, input_shape: int | Sequence[int], *, n_projectors: int = 6,

@@ -115,18 +115,35 @@ class MoVLinear(MoELinear):
     paper's scaling of the FFN intermediate activation; elsewhere (keys, values) its output is,
     ``y = h * s(h)`` with ``h = W x + b``; the same convention as peft's IA3 ``feedforward_modules``.
 
+    With ``num_heads=H`` (keys and values only) the output is routed per head, as the official
+    ``MoVAttention`` does: ``h`` is split into H heads of ``kv = out_features / H`` features, one router
+    ``kv -> E`` shared by the heads gives each (token, head) its own probabilities ``p_{t,h}``, and each
+    head has its own E vectors, ``s_{t,h} = sum_e p_{t,h,e} l_{h,e}`` (``mov_scaling`` is (H, E, kv)). The
+    router statistics then count one routing decision per (token, head). ``num_heads=None`` (the default)
+    routes the whole output with one (E, out_features) set of vectors; it assumes no head layout.
+
     Shapes:
         x: ``(*, in_features)`` -> ``(*, out_features)``.
     """
 
     def __init__(self, base_layer: nn.Linear, num_experts: int, feedforward: bool = False,
-                 top_k: int | None = None, keep_probabilities: bool = False) -> None:
+                 top_k: int | None = None, keep_probabilities: bool = False, num_heads: int | None = None) -> None:
         _check_linear(base_layer)
         dim = base_layer.in_features if feedforward else base_layer.out_features
-        super().__init__(base_layer, dim, num_experts, top_k, keep_probabilities)
+        if num_heads is not None:
+            check_int("num_heads", num_heads, minimum=1)
+            if feedforward:
+                raise ValueError("num_heads routes a key or value site per head; a feedforward site (whose input "
+                                 "is scaled) has no heads: use num_heads=None there")
+            if dim % num_heads:
+                raise ValueError(f"num_heads must divide out_features ({dim}) into heads, got {num_heads}")
+        self.num_heads = num_heads
+        head_dim = dim if num_heads is None else dim // num_heads
+        super().__init__(base_layer, head_dim, num_experts, top_k, keep_probabilities)
         self.feedforward = feedforward
         weight = base_layer.weight
-        self.mov_scaling = nn.Parameter(torch.empty(num_experts, dim, device=weight.device, dtype=weight.dtype))
+        shape = (num_experts, dim) if num_heads is None else (num_heads, num_experts, head_dim)
+        self.mov_scaling = nn.Parameter(torch.empty(shape, device=weight.device, dtype=weight.dtype))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -135,7 +152,11 @@ class MoVLinear(MoELinear):
 
     def scale(self, h: torch.Tensor) -> torch.Tensor:
         """The merged (IA)^3 vector of each token, ``(*, dim)``."""
-        return self.route(h) @ self.mov_scaling
+        if self.num_heads is None:
+            return self.route(h) @ self.mov_scaling
+        heads = h.unflatten(-1, (self.num_heads, -1))                      # (*, H, kv)
+        probs = self.route(heads)                                          # (*, H, E): one router for all heads
+        return torch.einsum("...he,hed->...hd", probs, self.mov_scaling).flatten(-2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
@@ -146,7 +167,8 @@ class MoVLinear(MoELinear):
 
     def extra_repr(self) -> str:
         site = "input" if self.feedforward else "output"
-        return f"num_experts={self.num_experts}, scales={site}, top_k={self.top_k}"
+        heads = "" if self.num_heads is None else f", num_heads={self.num_heads}"
+        return f"num_experts={self.num_experts}, scales={site}{heads}, top_k={self.top_k}"
 
 
 class MoLoRALinear(MoELinear):

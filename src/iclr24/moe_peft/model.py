@@ -77,6 +77,8 @@ class MoVConfig:
     output: the FFN's second matrix, whose input is the intermediate activation the paper scales.
     ``top_k=None`` is soft merging over all experts (the paper's default); ``load_balance`` weights
     the Switch load-balancing loss returned by :meth:`MoEModel.auxiliary_loss` (0: off, the default).
+    ``num_heads`` routes the other (key and value) sites per head, as the official code does (see
+    :class:`MoVLinear`); None (the default) routes each site's whole output.
     """
 
     num_experts: int = 10
@@ -84,9 +86,12 @@ class MoVConfig:
     feedforward_modules: Sequence[str] | str | None = None
     top_k: int | None = None
     load_balance: float = 0.0
+    num_heads: int | None = None
 
     def __post_init__(self) -> None:
         _check_router(self)
+        if self.num_heads is not None:
+            check_int("num_heads", self.num_heads, minimum=1)
         object.__setattr__(self, "target_modules", _check_targets("target_modules", self.target_modules))
         object.__setattr__(self, "feedforward_modules",
                            _check_targets("feedforward_modules", self.feedforward_modules))
@@ -125,6 +130,7 @@ class RouterStatistics:
     tokens: int
     mean_probability: torch.Tensor  # (E,): the mean routing distribution
     top1_fraction: torch.Tensor  # (E,): the share of tokens whose most probable expert is e
+    # (with MoVConfig.num_heads, tokens and shares count one routing decision per (token, head))
 
 
 class MoEModel(nn.Module):
@@ -157,8 +163,9 @@ class MoEModel(nn.Module):
         cfg = self.moe_config
         keep = cfg.load_balance > 0
         if isinstance(cfg, MoVConfig):
-            return MoVLinear(module, cfg.num_experts, feedforward=_matches(name, cfg.feedforward_modules),
-                             top_k=cfg.top_k, keep_probabilities=keep)
+            feedforward = _matches(name, cfg.feedforward_modules)
+            return MoVLinear(module, cfg.num_experts, feedforward=feedforward, top_k=cfg.top_k,
+                             keep_probabilities=keep, num_heads=None if feedforward else cfg.num_heads)
         return MoLoRALinear(module, cfg.num_experts, r=cfg.r, alpha=cfg.alpha, top_k=cfg.top_k,
                             keep_probabilities=keep)
 
@@ -242,8 +249,8 @@ class MoEModel(nn.Module):
         structure = {"method": type(cfg).__name__, "num_experts": cfg.num_experts}
         if isinstance(cfg, MoLoRAConfig):
             return structure | {"r": cfg.r, "alpha": cfg.alpha}
-        return structure | {"feedforward_sites": sorted(n for n, layer in self.moe_layers().items()
-                                                        if layer.feedforward)}
+        structure |= {"feedforward_sites": sorted(n for n, layer in self.moe_layers().items() if layer.feedforward)}
+        return structure if cfg.num_heads is None else structure | {"num_heads": cfg.num_heads}
 
     def load_adapter(self, path: str | os.PathLike) -> MoEModel:
         """Load an adapter written by :meth:`save_adapter` into this model, which must be wrapped alike."""
