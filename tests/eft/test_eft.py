@@ -156,14 +156,70 @@ def test_eft_model_refuses_models_that_do_not_share_a_tokenizer():
     assert EFTModel(tiny(0), tiny(1), tiny(2), beta=torch.tensor(0.5)).beta == 0.5
 
 
-def test_embedded_model_invariants():
+def _noisy_copy(model, seed, scale=0.05):
+    """A second model from the same checkpoint: a deep copy with seeded Gaussian noise on every weight
+    (``scale`` x the tensor's standard deviation), so it shares the tokenizer and differs in its distribution."""
+    import copy
+
+    other = copy.deepcopy(model)
+    other.name = f"{model.name}+noise{seed}"
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for weight in other.model.parameters():
+            weight.add_(torch.randn(weight.shape, generator=generator) * scale * weight.std())
+    return other
+
+
+def _proxy_tuning_logprobs(base, expert, antiexpert, ids, alpha):
+    """Proxy-tuning's arithmetic (Liu et al. 2024), written here from the raw transformers logits of one full
+    forward pass per model, without the library's caches or formula: at every position
+    ``softmax(base + alpha * (expert - antiexpert))`` over the vocabulary, in float64."""
+    with torch.no_grad():
+        logits = [m.model(input_ids=torch.tensor([ids])).logits[0].double() for m in (base, expert, antiexpert)]
+    return torch.log_softmax(logits[0] + alpha * (logits[1] - logits[2]), -1)
+
+
+@pytest.fixture(scope="module")
+def smollm2_trio():
+    """Three distinct models from the embedded SmolLM2: the checkpoint (large base) and two noisy copies (the
+    small fine-tuned model and its base), so the reward ft - base_small is far from zero."""
     from iclr24.llm import get_model
 
     llm = get_model("embedded")
-    ids = llm.tokenize("The capital of France is")
-    base = llm.next_token_logprobs(ids)
-    assert torch.allclose(EFTModel(llm, llm, llm).next_token_logprobs(ids), base, atol=1e-9)
-    assert torch.allclose(EFTModel(llm, llm, llm, beta=0.0).next_token_logprobs(ids), base, atol=1e-9)
+    return llm, _noisy_copy(llm, seed=1), _noisy_copy(llm, seed=2)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_embedded_smollm2_eft_equals_proxy_tuning_arithmetic_with_a_nonzero_reward(smollm2_trio, beta):
+    large, ft, small = smollm2_trio
+    ids = large.tokenize("The capital of France is Paris, and the capital of Italy is")
+    expected = _proxy_tuning_logprobs(large, ft, small, ids, beta)
+    eft = EFTModel(large, ft, small, beta=beta)
+    # the reward is not zero, and EFT is none of its parts: an identity could not pass this by accident
+    reward = torch.as_tensor(ft.next_token_logprobs(ids)) - torch.as_tensor(small.next_token_logprobs(ids))
+    assert float(reward.abs().max()) > 1.0
+    last = expected[-1]
+    for part in (large, ft, small):
+        assert float((last - torch.as_tensor(part.next_token_logprobs(ids)).double()).abs().max()) > 0.1
+    # every position (one forward pass per part) and the last (the step cache), to float32 rounding
+    assert torch.allclose(eft.sequence_logprobs(ids), expected, atol=2e-4, rtol=0)
+    assert torch.allclose(eft.next_token_logprobs(ids), last, atol=2e-4, rtol=0)
+    # greedy decoding follows proxy-tuning's argmax token by token
+    out, = eft.generate("The capital of France is Paris, and the capital of Italy is", max_tokens=6)
+    decoded = list(ids)
+    for _ in range(6):
+        decoded.append(int(_proxy_tuning_logprobs(large, ft, small, decoded, beta)[-1].argmax()))
+    assert out.text == large.detokenize(decoded[len(ids):])
+
+
+def test_embedded_model_identities_hold_on_distinct_models(smollm2_trio):
+    """EFT(L, S, S) = L and beta 0 gives L, with S a different model from L (the zero reward is S - S)."""
+    large, _, small = smollm2_trio
+    ids = large.tokenize("The capital of France is")
+    base = torch.as_tensor(large.next_token_logprobs(ids)).double()
+    assert float((base - torch.as_tensor(small.next_token_logprobs(ids)).double()).abs().max()) > 0.1
+    assert torch.allclose(EFTModel(large, small, small).next_token_logprobs(ids), base, atol=1e-4, rtol=0)
+    assert torch.allclose(EFTModel(large, small, small, beta=0.0).next_token_logprobs(ids), base, atol=1e-4, rtol=0)
 
 
 # --- over HTTP: the union of top-k lists ----------------------------------------------------------------------
@@ -189,7 +245,10 @@ def test_over_http_eft_works_on_the_union_of_top_k_lists():
 
     with serving(_TopK) as url:
         models = [get_model("openai", model=m, base_url=url, max_retries=0) for m in ("large", "ft", "small")]
-        eft = EFTModel(*models)
+        # the OpenAI API has no tokenizer: the shared-tokenizer check cannot run, and says so
+        with pytest.warns(UserWarning, match=r"could not check that 'large' and 'ft', 'large' and 'small', 'ft' and "
+                                             r"'small' share a tokenizer"):
+            eft = EFTModel(*models)
         assert not eft.capabilities.full_logits and "union" in eft.approximation
         dist = eft.next_token_top_logprobs("The capital of France is")
         # a token missing from a list takes that list's lowest value
@@ -201,3 +260,28 @@ def test_over_http_eft_works_on_the_union_of_top_k_lists():
         assert out.text == " Paris" * 3 and out.tokens == (" Paris",) * 3
         with pytest.raises(NotImplementedError, match="full next-token distribution"):
             eft.next_token_logprobs([1, 2])
+
+
+class _TopKOnly:
+    """A backend with top-k log-probabilities and a tokenizer (as llama.cpp's): no full logits, a probe to read."""
+
+    def __init__(self, name, words):
+        from iclr24.llm.base import Capabilities
+
+        self.name, self.words = name, words
+        self.capabilities = Capabilities(full_logits=False, top_logprobs_k=5, chat_template=False, grammar=False)
+
+    def next_token_logprobs(self, ids):
+        raise NotImplementedError
+
+    def next_token_top_logprobs(self, prompt, k=5):
+        return {" a": -0.5, " b": -1.0}
+
+    def tokenize(self, text):
+        return [self.words.get(word, 0) for word in text.split()]
+
+
+def test_without_full_logits_tokenizers_are_still_compared_by_a_probe_text():
+    same, other = {"The": 1, "quick": 2}, {"The": 1, "quick": 3}
+    with pytest.raises(ValueError, match=r"'a' and 'c' differ in their tokenization of a probe text"):
+        EFTModel(_TopKOnly("a", same), _TopKOnly("b", same), _TopKOnly("c", other))

@@ -33,6 +33,13 @@ def test_accuracy_claims_are_paired_over_problems():
     assert "scripted, 24 one-step problems" in claims[CLAIM_PAL].measured   # the model that ran is named
 
 
+def test_the_margin_claim_pairs_tora_with_direct_and_with_cot_on_the_same_problems():
+    """all_of two paired comparisons: far above direct is not enough when CoT solves the same problems."""
+    claim = _verdicts(_outcomes(tora=range(20), cot=range(20)))[CLAIM_MARGIN]
+    assert claim.evidence.kind == "all_of" and [part.n for part in claim.evidence.parts] == [24, 24]
+    assert claim.verdict == "fails"
+
+
 def test_a_tie_with_pal_is_inconclusive_and_a_small_lead_over_rationale_is_not_a_wide_margin():
     # the review's case: ToRA and PAL solve the same problems (seeds 1 and 2 of the embedded model)
     tie = _verdicts(_outcomes(tora=range(8), pal=range(8)))

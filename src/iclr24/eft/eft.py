@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -149,12 +150,17 @@ class EFTModel:
         base_small: the model ``ft_small`` was fine-tuned from.
         beta: the weight of the fine-tuning reward (0: ``base_large`` alone).
 
-    The three must share a tokenizer (checked on construction). Where every component has the full
-    next-token distribution (local backends), ``next_token_logprobs`` and ``sequence_logprobs`` are
-    exact and ``generate`` decodes token by token. Over HTTP, where a server reports only its top-k
-    tokens, ``capabilities.full_logits`` is False and ``generate`` works on the union of the three
-    top-k sets, a token missing from one model's list taking that list's lowest log-probability
-    (an upper bound): an approximation, as :attr:`approximation` says.
+    The three must share a tokenizer. On construction every pair is compared (:func:`check_shared_tokenizer`):
+    by vocabulary, else by the tokens of a probe text, and a mismatch raises ValueError. A pair with neither to
+    compare is not checked and a ``UserWarning`` names it: this is the case over HTTP, where the OpenAI API
+    has no tokenizer endpoint, so two servers with different tokenizers are combined token string by token
+    string, and EFT is wrong without an error. Serve the three from one model family.
+
+    Where every component has the full next-token distribution (local backends), ``next_token_logprobs`` and
+    ``sequence_logprobs`` are exact and ``generate`` decodes token by token. Over HTTP, where a server reports
+    only its top-k tokens, ``capabilities.full_logits`` is False and ``generate`` works on the union of the
+    three top-k sets, a token missing from one model's list taking that list's lowest log-probability (an
+    upper bound): an approximation, as :attr:`approximation` says.
     """
 
     def __init__(self, base_large, ft_small, base_small, *, beta: float = 1.0, top_k: int = 20) -> None:
@@ -166,12 +172,16 @@ class EFTModel:
         self.base_large, self.ft_small, self.base_small, self.beta = base_large, ft_small, base_small, beta
         self.components = (base_large, ft_small, base_small)
         exact = all(m.capabilities.full_logits for m in self.components)
-        if exact:
-            check_shared_tokenizer(self.components)
-        elif not all(callable(getattr(m, "next_token_top_logprobs", None)) for m in self.components):
+        unchecked = check_shared_tokenizer(self.components)
+        if unchecked:
+            pairs = ", ".join(f"{a!r} and {b!r}" for a, b in unchecked)
+            warnings.warn(f"EFT could not check that {pairs} share a tokenizer (no vocabulary, and no tokenize for "
+                          "a probe text, as over the OpenAI HTTP API); with different tokenizers the combined "
+                          "distribution is wrong without an error", UserWarning, stacklevel=2)
+        if not exact and not all(callable(getattr(m, "next_token_top_logprobs", None)) for m in self.components):
             raise ValueError("EFT needs each model's next-token distribution: full logits (a local backend) or "
                              "top-k log-probabilities (the openai backend)")
-        else:  # a server may send no log-probabilities at all: found out now, not mid-generation
+        if not exact:  # a server may send no log-probabilities at all: found out now, not mid-generation
             for role, model in zip(("base_large", "ft_small", "base_small"), self.components):
                 require_logprobs(model, f"EFT's {role}", top_k=top_k)
         self.top_k = top_k
@@ -291,11 +301,13 @@ def _eos_id(model) -> int | None:
 _PROBE = "The quick brown fox, 12345 jumps over émigrés; x**2 == 4?\n\tdef f(): return 'ok'"
 
 
-def check_shared_tokenizer(models: Sequence) -> None:
-    """Raise ValueError naming the first two models whose tokenizers differ.
+def check_shared_tokenizer(models: Sequence) -> list[tuple[str, str]]:
+    """Raise ValueError naming the first two models whose tokenizers differ; return the pairs it could not compare.
 
     Every pair is compared: by vocabulary where both expose one (transformers tokenizers, word
-    vocabularies), else by how each tokenizes a probe text; a pair with nothing to compare is skipped.
+    vocabularies), else by how each tokenizes a probe text. A pair with nothing to compare (a model with
+    neither a vocabulary nor a working ``tokenize``, such as an OpenAI-API server) is returned by name, so
+    the caller can warn.
     """
     def vocabulary(model):
         tokenizer = getattr(model, "tokenizer", None)
@@ -307,10 +319,11 @@ def check_shared_tokenizer(models: Sequence) -> None:
     def probe(model):
         try:
             return model.tokenize(_PROBE)
-        except (NotImplementedError, ValueError):
+        except (AttributeError, NotImplementedError, ValueError):  # no tokenize, or one that refuses (HTTP)
             return None
 
     prints = [(vocabulary(m), probe(m)) for m in models]
+    unchecked = []
     for i in range(len(models)):
         for j in range(i + 1, len(models)):
             (vocab_a, probe_a), (vocab_b, probe_b) = prints[i], prints[j]
@@ -319,7 +332,9 @@ def check_shared_tokenizer(models: Sequence) -> None:
             elif probe_a is not None and probe_b is not None:
                 kind, a, b = "tokenization of a probe text", probe_a, probe_b
             else:
+                unchecked.append((models[i].name, models[j].name))
                 continue
             if a != b:
                 raise ValueError(f"EFT needs models that share a tokenizer: {models[i].name!r} and {models[j].name!r} "
                                  f"differ in their {kind} ({len(a)} and {len(b)} entries)")
+    return unchecked

@@ -12,7 +12,8 @@
 Claims 1 and 2 are judged over the held-out people (a population of questions, one 0/1 outcome each), claim 3
 over the prompts, by :mod:`iclr24.core.evidence`. Facts true by construction are checks, not claims: the sampled
 distribution equals the EFT distribution (speculative sampling is exact; a chi-square test of our code), and
-EFT(L, S, S) = L and beta = 0 gives the base, on the toy trio and, with the `llm` extra, on the embedded SmolLM2.
+EFT(L, S, S) = L and beta = 0 gives the base, on the toy trio and, with the `llm` extra, on the embedded SmolLM2
+with S a noisy copy of L; and there EFT with a non-zero reward equals proxy-tuning's logit arithmetic.
 
 The trio is trained in-process on the synthetic world of :mod:`iclr24.eft.toy`: no two sizes of
 one model family with one tokenizer ship offline.
@@ -62,6 +63,8 @@ CHI2_ALPHA = 0.01
 #: The identities EFT(L, S, S) = L and beta = 0 -> L hold to float32 rounding: relative to the log-probability
 #: (torch.allclose's default rtol, as in tests/eft/test_eft.py; a cached forward pass rounds differently).
 IDENTITY_RTOL = 1e-5
+#: EFT against proxy-tuning's arithmetic on SmolLM2: float32 logits, cached against uncached forward passes.
+PROXY_TUNING_ATOL = 2e-4
 
 PAPER_TABLE = [
     {"finding": "up-scaling Llama-2-7B-chat's delta onto the 70B base", "paper":
@@ -92,7 +95,7 @@ class Config:
     spec_temperature: float = 1.0
     spec_tokens: int = 32  # tokens per prompt in the speed measurement
     spec_prompts: int = 8
-    check_embedded: bool = True  # the invariants on the embedded SmolLM2 (extra `llm`)
+    check_embedded: bool = True  # EFT beside proxy-tuning, and the identities, on SmolLM2 (extra `llm`)
 
     def __post_init__(self) -> None:
         if not 0 < self.n_known_small < self.n_people or self.n_cities < 2:
@@ -178,11 +181,21 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     gaps = {"toy trio": identity_gaps(L, S, L.tokenize(world.question(people[0])))}
     if cfg.check_embedded:
         try:
-            gaps["embedded SmolLM2"] = embedded_invariants()
+            embedded = embedded_side_by_side()
         except ImportError as err:  # the `llm` extra is optional for this reproduction
-            ctx.log(f"embedded-model invariants skipped: {err}")
+            ctx.log(f"embedded-model checks skipped: {err}")
         else:
-            metrics.update({f"embedded_{k}": v for k, v in gaps["embedded SmolLM2"].items()})
+            gaps["embedded SmolLM2, S != L"] = embedded
+            metrics.update({f"embedded_{k}": v for k, v in embedded.items()})
+            ctx.log(f"embedded SmolLM2: |EFT - proxy-tuning| = {embedded['proxy_tuning_max_abs_diff']:.2e} with a "
+                    f"reward up to {embedded['reward_max_abs']:.2f} nats")
+            checks.append(Check(
+                "EFT equals proxy-tuning's base + alpha (expert - antiexpert) on SmolLM2 with a non-zero reward",
+                embedded["proxy_tuning_max_abs_diff"] <= PROXY_TUNING_ATOL and embedded["reward_max_abs"] > 0
+                and embedded["eft_vs_large_base_max_abs"] > PROXY_TUNING_ATOL,
+                f"max |log p difference| {embedded['proxy_tuning_max_abs_diff']:.1e} over every position (tolerance "
+                f"{PROXY_TUNING_ATOL:g}); reward up to {embedded['reward_max_abs']:.2f} nats, EFT up to "
+                f"{embedded['eft_vs_large_base_max_abs']:.2f} nats from the large base"))
     for where, gap in gaps.items():
         ctx.log(f"{where}: |EFT(L, S, S) - L| = {gap['eft_LSS_max_abs_diff']:.2e}, "
                 f"|EFT(beta=0) - L| = {gap['beta0_max_abs_diff']:.2e}")
@@ -292,13 +305,37 @@ def speculative_checks(target: EFTModel, draft: TorchLM, world: ToyWorld, cfg: C
                         "speculative_speedup": plain_s / speculative_s}}
 
 
-def embedded_invariants() -> dict[str, float]:
-    """EFT(L, S, S) = L and beta = 0 gives the base, on the embedded SmolLM2's full next-token distributions."""
+def embedded_side_by_side(noise: float = 0.05, seeds: tuple[int, int] = (1, 2)) -> dict[str, float]:
+    """EFT on the embedded SmolLM2 with a non-zero reward, beside proxy-tuning's logit arithmetic.
+
+    The three parts are distinct models sharing one tokenizer: the checkpoint as the large base, and two copies
+    with seeded Gaussian weight noise (``noise`` x each tensor's standard deviation) as the small fine-tuned model
+    and its base. The reference is proxy-tuning's ``softmax(base + alpha (expert - antiexpert))`` on the raw
+    transformers logits of one uncached forward pass per model; EFT comes from :class:`EFTModel` (cached forward
+    passes, log-probabilities). Returns the largest gap over every position of a probe text, the reward's size,
+    and the identity gaps EFT(L, S, S) - L and beta 0 - L with S != L.
+    """
+    import copy
+
     from iclr24.llm import get_model
 
-    llm = get_model("embedded")
-    ids = llm.tokenize("The capital of France is")
-    return identity_gaps(llm, llm, ids)
+    large = get_model("embedded")
+    ft, small = copy.deepcopy(large), copy.deepcopy(large)
+    for model, seed in zip((ft, small), seeds):
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for weight in model.model.parameters():
+                weight.add_(torch.randn(weight.shape, generator=generator) * noise * weight.std())
+        model.name = f"{large.name}+noise{seed}"
+    ids = large.tokenize("The capital of France is Paris, and the capital of Italy is")
+    with torch.no_grad():
+        base, expert, anti = (m.model(input_ids=torch.tensor([ids])).logits[0].double() for m in (large, ft, small))
+    proxy = torch.log_softmax(base + (expert - anti), -1)
+    eft = EFTModel(large, ft, small).sequence_logprobs(ids).double()
+    return {"proxy_tuning_max_abs_diff": float((eft - proxy).abs().max()),
+            "reward_max_abs": float((torch.log_softmax(expert, -1) - torch.log_softmax(anti, -1)).abs().max()),
+            "eft_vs_large_base_max_abs": float((proxy - torch.log_softmax(base, -1)).abs().max()),
+            **identity_gaps(large, small, ids)}
 
 
 def identity_gaps(large, small, ids: list[int]) -> dict[str, float]:

@@ -57,7 +57,7 @@ def find_boxed(text: str) -> str | None:
     return None  # unbalanced: the model stopped mid-answer
 
 
-def extract_answer(text: str, *, program_output: str | None = None) -> str | None:
+def extract_answer(text: str, *, program_output: str | None = None, mode: str = "strict") -> str | None:
     """The final answer a solution states, or None when it states none.
 
     Parameters
@@ -66,7 +66,17 @@ def extract_answer(text: str, *, program_output: str | None = None) -> str | Non
         What the model wrote (tool outputs included).
     program_output : str, optional
         The last program's output; used when the text states no answer of its own.
+    mode : {"strict", "official"}
+        ``"official"`` reads the answer as ToRA's evaluation does (``extract_answer`` in its
+        ``src/utils/parser.py``), for :func:`is_equivalent`'s official mode: the word ``boxed`` anywhere (also
+        unescaped, as in a question's "a boxed set with 500 pieces"), then "he answer is", then the last
+        ```` ```output ```` block in ``text`` (error messages included; ``program_output`` is not used), then the
+        last number; its first line, without a leading ``:`` or a trailing ``.`` or ``/``.
     """
+    if mode == "official":
+        return _official_extract(text)
+    if mode != "strict":
+        raise ValueError(f"mode must be 'strict' or 'official', got {mode!r}")
     boxed = find_boxed(text)
     if boxed:
         return boxed
@@ -80,6 +90,34 @@ def extract_answer(text: str, *, program_output: str | None = None) -> str | Non
         return program_output.strip()
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
+
+
+def _official_extract(text: str) -> str | None:
+    """ToRA's answer extraction, in its order (see :func:`extract_answer`); None where it finds nothing."""
+    if "boxed" in text:
+        rest = text.rsplit("boxed", 1)[1]
+        if rest.startswith("{"):  # braces matched; an unclosed box runs to the end of the text
+            depth, end = 0, len(rest)
+            for i, ch in enumerate(rest):
+                depth += {"{": 1, "}": -1}.get(ch, 0)
+                if depth == 0:
+                    end = i
+                    break
+            answer = rest[1:end]
+        else:
+            answer = rest.split("$")[0].strip()
+    elif "he answer is" in text:
+        answer = text.rsplit("he answer is", 1)[1].strip()
+    elif "```output" in text and text.rsplit("```output", 1)[1].split("```")[0].strip():
+        answer = text.rsplit("```output", 1)[1].split("```")[0].strip()
+    else:
+        numbers = re.findall(r"-?\d*\.?\d+", text.replace(",", ""))
+        answer = numbers[-1] if numbers else ""
+    answer = answer.split("\n")[0]
+    answer = answer[1:] if answer.startswith(":") else answer
+    answer = answer[:-1] if answer.endswith(".") else answer
+    answer = answer[:-1] if answer.endswith("/") else answer
+    return answer or None
 
 
 _SPACING = re.compile(r"(?<!\\)\\(?:[,;:! ]|quad|qquad)")  # not the line break \\
@@ -298,12 +336,16 @@ _COMMANDS = "sqrt|sinh|cosh|tanh|sin|cos|tan|cot|sec|csc|log|ln|exp"
 _SAFE_EXPRESSION = re.compile(r"[0-9a-zA-Z+\-*/^().,\s]*")
 
 
-def latex_to_sympy(s: str, *, latex_only: bool = False):
+def latex_to_sympy(s: str, *, latex_only: bool = False, python_only: bool = False):
     """Parse a normalised LaTeX answer into a sympy expression (fractions, roots, powers, pi, products).
 
     ``latex_only`` reads as sympy's ANTLR LaTeX parser does, which ToRA's grader uses: a function
     must be written as a command (bare ``sqrt`` is ``s*q*r*t``), ``\\pi`` is a variable named pi,
     and text after an unmatched closing bracket is ignored (``-2)\\cup(3`` reads as -2).
+    ``python_only`` reads as sympy's ``parse_expr`` with its default transformations does, which ToRA's
+    grader tries when the LaTeX parser fails: Python syntax only (no LaTeX, no implicit products, so
+    ``4x`` fails), ``**`` for powers (``^`` is refused: Python's exclusive or), a run of letters one
+    variable (``ab``), ``pi`` and ``E`` the constants.
 
     The text is model output, and sympy's parser evaluates Python, so only digits, letters,
     operators and parentheses reach it; letters outside a few function names are read as single
@@ -319,29 +361,46 @@ def latex_to_sympy(s: str, *, latex_only: bool = False):
     )
 
     text = s
-    if latex_only:
-        if "**" in text or re.search(r"(?<![a-zA-Z\\])oo(?![a-zA-Z])", text):
+    if python_only:
+        if re.search(r"[\\{}^]", text):
+            raise ValueError(f"{s!r} is not a Python expression")
+    elif latex_only:
+        if re.search(r"(?<![a-zA-Z\\])oo(?![a-zA-Z])", text):
             raise _ReadsOtherwise(s)
         text = re.sub(r"\\[,;:! ]", "", _balanced_prefix(text)).replace("\\{", "{").replace("\\}", "}")
         text = re.sub(r"\{\}.*", "", text)  # ANTLR stops at an empty group: "X{}Y" reads as X
+        text = _antlr_prefix(text)
         text = re.sub(rf"(?<![\\a-zA-Z])({_COMMANDS}|pi)", lambda m: " ".join(m[0]), text)  # bare: letters
     text = text.replace("\\div", "/").replace("\\ln", "\\log")
     for _ in range(8):  # innermost first; nested groups need several passes
         text = re.sub(r"\^\{([^{}]*)\}", r"^(\1)", text)
         text = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", text)
+        # one digit needs no braces: \frac{360}7, \frac1{7}, \frac12 (and \frac{360}75 is 360/7 times 5)
+        text = re.sub(r"\\frac(?:\{([^{}]*)\}|(\d))(?:\{([^{}]*)\}|(\d))",
+                      lambda m: f"(({m[1] or m[2]})/({m[3] or m[4]}))", text)
         text = re.sub(r"\\sqrt\[([^\]]*)\]\{([^{}]*)\}", r"((\2)**(1/(\1)))", text)
-        text = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", text)
+        text = re.sub(r"\\sqrt\{([^{}]*)\}", r" sqrt(\1)", text)
     text = text.replace("\\pi", " pi ").replace("\\cdot", "*").replace("\\times", "*").replace("\\infty", " oo ")
     text = re.sub(rf"\\({_COMMANDS})(?![a-zA-Z])", r" \1 ", text)
     text = text.replace("{", "(").replace("}", ")").replace("**", "^")
-    if len(text) > 200 or not _SAFE_EXPRESSION.fullmatch(text):
+    checked = text
+    if latex_only or python_only:  # both of ToRA's parsers read n! as a factorial: up to 9999!, computed at once
+        checked = re.sub(r"(?<![\d.])(\d{1,4})!", r"\1", text)
+    if len(text) > 200 or not _SAFE_EXPRESSION.fullmatch(checked):
         raise ValueError(f"cannot read {s!r} as an expression")
     if re.search(r"\d\.?[eE][-+]?\d{4,}", text):  # Python reads 1e999999 as a float literal: minutes in sympy
         raise ValueError(f"{s!r} has an exponent over 999")
     for exponent in _exponents(text):
         if "^" in exponent or any(len(n) > 3 for n in re.findall(r"\d+", exponent)):
             raise ValueError(f"{s!r} has a power tower or an exponent over 999")
+    if python_only:  # each name is bound here, so none reaches Python's builtins (exit, eval)
+        names = {name: sympy.Symbol(name) for name in re.findall(r"[A-Za-z]\w*", text)}
+        names |= {"pi": sympy.pi, "E": sympy.E, "I": sympy.I, "oo": sympy.oo}
+        names |= {name: getattr(sympy, name) for name in _FUNCTIONS - {"pi", "oo", "I", "ln"}}
+        return parse_expr(text, transformations=standard_transformations + (convert_xor,), local_dict=names)
     text = re.sub(r"[A-Za-z]+", lambda m: m[0] if m[0] in _FUNCTIONS else " ".join(m[0]), text)
+    if latex_only:
+        text = _antlr_division(text)
     transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
     names = {name: sympy.Symbol(name) for name in ("e", "E", "S", "N", "O", "Q")}
     names |= {"oo": sympy.oo, "I": sympy.I, "pi": sympy.Symbol("pi") if latex_only else sympy.pi,
@@ -362,6 +421,71 @@ def _exponents(text: str):
             yield text[start:end + 1]
         else:  # a number or one letter; a "^" right after it makes a tower (9^9^9)
             yield re.match(r"(?:\d+(?:\.\d*)?|[A-Za-z]?)\s*\^?", text[start:])[0]
+
+
+def _antlr_prefix(s: str) -> str:
+    """What sympy's ANTLR LaTeX parser reads of ``s``: the longest leading expression it accepts.
+
+    Its number token takes thousands groups (``1,000,000``; ``1,2345`` is ``1,234`` times 5). The grammar has no
+    ``**`` and no comma (outside a function's arguments), and its start rule need not reach the end of the text,
+    so it stops before either: ``60**circ`` reads as 60 and ``6,-2`` as 6. Where the stop falls inside a bracket,
+    or the text ends inside one, it gives up that whole group and stops before it (``2+(x**2)``, ``2+(3`` and
+    ``10{,}000`` read as 2, 2 and 10); with nothing left the parse fails (``(h**2)/(m)``), and ToRA's grader then
+    tries sympy's Python parser.
+    """
+    s = re.sub(r"(?<=\d),(\d{3})(?=\d)", r"\1*", s)
+    s = re.sub(r"(?<=\d),(?=\d{3})", "", s)
+
+    def stop(end: int) -> str:
+        head = re.sub(r"(?:[-+*/=^_,\s]|\\cdot|\\times)+$", "", s[:end])
+        if not head:
+            raise ValueError(f"the LaTeX grammar reads nothing of {s!r}")
+        return head
+
+    depth, opened = 0, 0
+    for i, ch in enumerate(s):
+        if s.startswith("**", i) or ch == ",":
+            return stop(i if depth == 0 else opened)
+        if ch in "([{":
+            opened = i if depth == 0 else opened
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return stop(opened) if depth > 0 else s  # a group left open: "2+(3" reads as 2
+
+
+def _antlr_division(text: str) -> str:
+    """``a/b c`` as the ANTLR grammar reads it, ``a/(b c)``: an implicit product after ``/`` is its divisor.
+
+    ``(3)/(5)i`` is 3/(5i) there, and ``1/2x`` is 1/(2x); an explicit ``*`` or ``/`` ends the divisor (``1/2*x`` is
+    x/2). ``text`` is the reader's own expression syntax, with ``^`` for powers.
+    """
+    out, i = [], 0
+    while i < len(text):
+        out.append(text[i])
+        if text[i] != "/":
+            i += 1
+            continue
+        j = i + 1
+        while j < len(text) and text[j] == " ":
+            j += 1
+        j += text[j:j + 1] in ("-", "+")  # a sign starts the divisor
+        depth, end = 0, j
+        while end < len(text):
+            ch = text[end]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif depth == 0 and ch in "+-*/=," and text[end - 1:end] != "^":
+                break
+            end += 1
+        divisor = text[i + 1:end]
+        out.append(f"({divisor})" if divisor.strip() else divisor)
+        i = end
+    return "".join(out)
 
 
 def _balanced_prefix(s: str) -> str:

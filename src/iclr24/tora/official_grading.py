@@ -156,7 +156,8 @@ def _symbolic_equal(a: str, b: str) -> bool:
 
 def _parse(s: str):
     latex = _antlr_parse_latex()
-    for parse in (latex or functools.partial(latex_to_sympy, latex_only=True), latex_to_sympy):
+    for parse in (latex or functools.partial(latex_to_sympy, latex_only=True),
+                  functools.partial(latex_to_sympy, python_only=True)):  # ToRA's parse_latex, then parse_expr
         try:
             return parse(s)
         except _ReadsOtherwise:  # the ANTLR parser reads it, as something our reader cannot reproduce
