@@ -269,3 +269,41 @@ def test_batched_training_gives_the_saes_trained_one_at_a_time(tied):
     torch.testing.assert_close(shared[1].dictionary, train_sae(d0, cfgs[1]).dictionary, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="one tensor or one per config"):
         train_saes([d0], cfgs[:2])
+
+
+def test_training_config_names_the_hook_and_model_in_every_trained_sae(tmp_path):
+    """SAELens reads where an SAE belongs from its metadata: train_sae and train_saes both carry it over."""
+    from iclr24.sae import train_saes
+
+    pytest.importorskip("safetensors")
+    data, _ = toy_superposition(500, d=8, n_features=16, seed=0)
+    where = {"hook_name": "blocks.15.hook_resid_pre", "model_name": "SmolLM2-135M-Instruct"}
+    alone = train_sae(data, SAETrainingConfig(d_sae=16, steps=2, batch_size=32, **where))
+    batched = train_saes(data, [SAETrainingConfig(d_sae=16, steps=2, batch_size=32, seed=s, **where) for s in (0, 1)])
+    for sae in (alone, *batched):
+        assert (sae.hook_name, sae.model_name) == (where["hook_name"], where["model_name"])
+        meta = json.loads((sae.save(tmp_path / "sae") / "cfg.json").read_text())["metadata"]
+        assert (meta["hook_name"], meta["model_name"]) == (where["hook_name"], where["model_name"])
+    with pytest.raises(ValueError, match="hook_name must be None or a non-empty string"):
+        SAETrainingConfig(hook_name="")
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_an_sae_on_scaled_activations_folds_the_scale_into_its_weights(tied):
+    """Trained on x / s, saved for x: the codes of s x are the codes of x, the reconstruction s times."""
+    torch.manual_seed(0)
+    sae = SparseAutoencoder(6, 12, tied=tied, centring=torch.randn(6), hook_name="blocks.2.hook_resid_pre")
+    with torch.no_grad():
+        sae.b_enc.uniform_(-0.5, 0.5)
+    x, scale = torch.randn(20, 6), 7.5
+    state = torch.get_rng_state()
+    raw = sae.for_inputs_scaled_by(scale)
+    assert torch.equal(torch.get_rng_state(), state)  # saving an SAE inside a run must not move the run's draws
+    with torch.no_grad():
+        reconstruction, codes = sae(x)
+        torch.testing.assert_close(raw.encode(scale * x), codes, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(raw(scale * x)[0], scale * reconstruction, rtol=1e-5, atol=1e-5)
+    assert codes.gt(0).any() and raw.hook_name == "blocks.2.hook_resid_pre" and not raw.tied
+    for bad in (0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="scale must be a positive finite number"):
+            sae.for_inputs_scaled_by(bad)

@@ -104,7 +104,9 @@ def test_das_keeps_its_basis_orthonormal_and_patches_it():
 def test_metrics():
     clean = torch.tensor([2.0, 4.0])
     assert fldd(clean, clean) == 0.0 and fldd(torch.zeros(2), clean) == 100.0 and fldd(-clean, clean) == 200.0
-    assert interchange_accuracy(torch.tensor([-1.0, 0.5, -0.1, 2.0])) == 0.5
+    # asymmetric: the patch made 3 of 4 prompts prefer the source's answer (LD < 0); a flipped sign gives 0.25
+    assert interchange_accuracy(torch.tensor([-1.0, -0.5, -0.1, 2.0])) == 0.75
+    assert interchange_accuracy(torch.tensor([0.0, 1.0])) == 0.0  # a tie is not a flip
     with pytest.raises(ValueError, match="clean logit difference is 0"):
         fldd(clean, torch.zeros(2))
 

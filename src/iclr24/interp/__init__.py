@@ -11,7 +11,7 @@ word-level IOI data (:func:`ioi_dataset`, :func:`train_ioi_model`). Methods impo
 here, never from each other. ``HookedLM`` needs the ``llm`` extra (transformers).
 """
 
-from iclr24.interp.hf import LAYOUTS, HookedLM, Layout, random_llama
+from iclr24.interp.hf import LAYOUTS, HookedLM, Layout, padding_mask, random_llama
 from iclr24.interp.hooks import (
     HookedTinyTransformer,
     HookPoint,
@@ -62,6 +62,7 @@ __all__ = [
     "ioi_dataset",
     "ioi_prompts",
     "logit_difference",
+    "padding_mask",
     "prompt_lengths",
     "random_llama",
     "single_token_words",

@@ -125,6 +125,28 @@ class SparseAutoencoder(nn.Module):
         """Unit-norm dictionary directions, ``(d_sae, d_in)``: what MMCS compares with the truth."""
         return F.normalize(self.dictionary.detach(), dim=-1)
 
+    def for_inputs_scaled_by(self, scale: float) -> "SparseAutoencoder":
+        """This SAE for activations ``scale`` times larger: the codes of ``scale * x`` are this SAE's codes of
+        ``x``, and the reconstruction is ``scale`` times this SAE's.
+
+        An SAE trained on activations divided by a constant (so that l1 values transfer between models) is
+        saved through this, so that SAELens, which reads the raw hook, gives the same codes: the scale is folded
+        into the weights (``W_enc / scale``, ``W_dec * scale``, ``b_dec * scale``; ``b_enc`` unchanged), which
+        makes an untied SAE whose decoder rows are used as stored (norm ``scale``).
+        """
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 or scale == float("inf"):
+            raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+        with torch.random.fork_rng(devices=[]):  # the throwaway initialisation leaves the caller's random state alone
+            out = SparseAutoencoder(self.d_in, self.d_sae, tied=False, l1_coefficient=self.l1_coefficient,
+                                    centring=self.b_dec * scale, normalize_decoder=False,
+                                    apply_b_dec_to_input=self.apply_b_dec_to_input, hook_name=self.hook_name,
+                                    model_name=self.model_name)
+        with torch.no_grad():
+            out.dictionary.copy_(self.W_dec * scale)
+            out.encoder.copy_(self.W_enc / scale)
+            out.b_enc.copy_(self.b_enc)
+        return out
+
     # save / load (SAELens's file layout) ---------------------------------------------------------
     def save(self, folder: str | Path) -> Path:
         """Write ``sae_weights.safetensors`` (W_enc, W_dec, b_enc, b_dec, as used) and a ``cfg.json``

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
-from iclr24.core.evidence import against, all_of, compare  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
 from iclr24.interp import (  # noqa: E402
     NAMES,
     collect_activations,
@@ -66,6 +66,8 @@ CLAIM_INTERP = "SAE features are more interpretable than PCA, ICA and neuron dir
 CLAIM_PATCH = "the IOI behaviour is pinned down by fewer SAE features than PCA directions at matched KL"
 CLAIM_LM_FRONTIER = "on a real LM's residual stream, SAEs reconstruct better than PCA, ICA or neurons at equal sparsity"
 CLAIM_LM_PATCH = "on a real LM's IOI, fewer SAE features than PCA directions reach the same KL"
+PAPER_LM_FRONTIER = "sparse, overcomplete SAE codes vs dense PCA/ICA/neuron bases (Pythia-70M/410M; no number)"
+PAPER_PATCH = "fewer SAE features than PCA directions reach a given KL (Pythia-410M, IOI)"
 
 # Thresholds, fixed before any run:
 TOY_MMCS = 0.9  # the SAE recovers the true features: MMCS above 0.9 (spec; Sharkey et al.'s toy: near 1)
@@ -258,7 +260,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
               evidence=all_of(*(compare([g["SAE"] for g in score_groups], [g[b] for g in score_groups],
                                         margin=INTERP_MARGIN, unit=prompt_groups, label=f"AUROC score, SAE - {b}")
                                 for b in BASELINES))),
-        Claim(CLAIM_PATCH, paper="fewer SAE features than PCA directions reach a given KL (Pythia-410M, IOI)",
+        Claim(CLAIM_PATCH, paper=PAPER_PATCH,
               measured=(f"features needed for KL <= {KL_TARGET} x {kl_clean:.2f}, mean over {cfg.patch_groups} "
                         "prompt groups (a group that never reaches the target counts one more than any curve tried): "
                         + ", ".join(f"{k} {v:.1f} (reached in {reached[k]})" for k, v in needed.items())),
@@ -267,7 +269,10 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     notes = (f"Tiny IOI transformer (3 layers, d_model 64): accuracy {acc_train:.2f} on training templates, "
              f"{acc_held:.2f} on the held-out one. Interpretability is an offline stand-in for the paper's LLM "
              "explainer. See docs/sae.md.")
-    if cfg.lm != "none":
+    if cfg.lm == "none":  # skipped on request: the real-LM claims are reported, as not run
+        claims += lm_claims_not_run()
+        notes += " Real LM: skipped (lm=none)."
+    else:
         lm_metrics, lm_tables, lm_figures, lm_claims, lm_notes = _real_lm(cfg, ctx)
         metrics.update(lm_metrics)
         tables.update(lm_tables)
@@ -275,6 +280,13 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         claims += lm_claims
         notes += " " + lm_notes
     return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes)
+
+
+def lm_claims_not_run() -> list[Claim]:
+    """The real-LM claims of a run with ``lm=none``: declared, so reported, with the verdict "not run"."""
+    reason = "lm=none: the real LM was skipped on request"
+    return [Claim(CLAIM_LM_FRONTIER, paper=PAPER_LM_FRONTIER, measured="not run (lm=none)", evidence=not_run(reason)),
+            Claim(CLAIM_LM_PATCH, paper=PAPER_PATCH, measured="not run (lm=none)", evidence=not_run(reason))]
 
 
 def _real_lm(cfg: Config, ctx: RunContext):
@@ -286,6 +298,7 @@ def _real_lm(cfg: Config, ctx: RunContext):
     hook = f"blocks.{layer}.hook_resid_pre"
     name = {"embedded": "SmolLM2-135M-Instruct", "random-tiny": "a random 2-layer Llama (plumbing only)"}.get(
         cfg.lm, cfg.lm)
+    model_id = {"embedded": "SmolLM2-135M-Instruct", "random-tiny": "random-tiny-llama"}.get(cfg.lm, cfg.lm)
 
     # activations: English prose (stdlib docstrings) and IOI prompts, every position but the first
     texts = english_paragraphs(cfg.lm_paragraphs, seed=ctx.seed)
@@ -323,8 +336,12 @@ def _real_lm(cfg: Config, ctx: RunContext):
     x_train = train / scale
     lm_saes = train_saes(x_train, [SAETrainingConfig(d_sae=cfg.lm_ratio * train.shape[1], l1_coefficient=l1,
                                                      tied=cfg.lm_tied, steps=cfg.lm_sae_steps, batch_size=256,
-                                                     centre=True, seed=ctx.seed) for l1 in cfg.lm_l1_sweep])
+                                                     centre=True, seed=ctx.seed, hook_name=hook,
+                                                     model_name=model_id) for l1 in cfg.lm_l1_sweep])
     for l1, sae in zip(cfg.lm_l1_sweep, lm_saes):
+        # the run's artefact, in SAELens's layout, on the raw hook activations (the scale folded into the weights)
+        folder = sae.for_inputs_scaled_by(scale).save(ctx.path(f"lm_sae_l1_{l1:g}"))
+        ctx.log(f"saved the l1={l1:g} SAE ({model_id} {hook}) to {folder}")
         with torch.no_grad():
             rec, codes = sae(x_eval)
         k = l0(codes)
@@ -372,8 +389,7 @@ def _real_lm(cfg: Config, ctx: RunContext):
     text_groups = f"held-out text groups (~{cfg.lm_eval_samples // cfg.lm_eval_groups} activations each)"
     pair_groups = f"IOI prompt-pair groups ({cfg.lm_patch_prompts // cfg.lm_patch_groups} pairs each)"
     claims = [
-        Claim(CLAIM_LM_FRONTIER,
-              paper="sparse, overcomplete SAE codes vs dense PCA/ICA/neuron bases (Pythia-70M/410M; no number)",
+        Claim(CLAIM_LM_FRONTIER, paper=PAPER_LM_FRONTIER,
               measured="; ".join(f"L0 {r['l0']:.0f}: SAE FVU {r['SAE fvu']:.3f} vs "
                                  + ", ".join(f"{b} {r[f'{b} fvu']:.3f}" for b in BASELINES) for r in frontier)
                        + f" (every SAE of the l1 sweep; baselines keep each input's L0 largest components; "
@@ -381,7 +397,7 @@ def _real_lm(cfg: Config, ctx: RunContext):
               evidence=all_of(*(compare(r["groups"]["SAE"], r["groups"][b], better="lower", margin=FRONTIER_MARGIN,
                                         unit=text_groups, label=f"FVU at L0 {r['l0']:.0f}, SAE - {b}")
                                 for r in frontier for b in BASELINES))),
-        Claim(CLAIM_LM_PATCH, paper="fewer SAE features than PCA directions reach a given KL (Pythia-410M, IOI)",
+        Claim(CLAIM_LM_PATCH, paper=PAPER_PATCH,
               measured=(f"{name} {hook}, {len(batch)} prompts in {len(patch_groups)} groups: features for KL <= "
                         f"{KL_TARGET} x {kl_clean:.2f} (SAE at l1 {l1_patch:g}), mean over groups: "
                         + ", ".join(f"{k} {v:.1f} (reached in {reached[k]})" for k, v in needed.items())),

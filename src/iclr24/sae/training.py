@@ -44,6 +44,9 @@ class SAETrainingConfig:
     resample_dead_every: int = 0  # 0: never (the paper's choice); else re-initialise dead latents every n steps
     centre: bool = False  # subtract the activations' mean before encoding (the paper's optional centring t)
     seed: int = 0
+    # where the activations come from: saved in the SAE's SAELens metadata, which names the hook to read
+    hook_name: str | None = None
+    model_name: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("d_sae", "batch_size", "steps"):
@@ -51,6 +54,10 @@ class SAETrainingConfig:
         check_int("resample_dead_every", self.resample_dead_every, minimum=0)
         check_number("lr", self.lr, minimum=0, exclusive=True)
         check_number("l1_coefficient", self.l1_coefficient, minimum=0)
+        for name in ("hook_name", "model_name"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value):
+                raise ValueError(f"{name} must be None or a non-empty string, got {value!r}")
 
 
 def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> SparseAutoencoder:
@@ -82,7 +89,8 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
 
         first = activations
     sae = SparseAutoencoder(first.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
-                            centring=first.mean(0) if cfg.centre else None, normalize_encoder=cfg.normalize_encoder)
+                            centring=first.mean(0) if cfg.centre else None, normalize_encoder=cfg.normalize_encoder,
+                            hook_name=cfg.hook_name, model_name=cfg.model_name)
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr)
     fired = torch.zeros(cfg.d_sae, dtype=torch.bool)
     with progress("training SAE", total=cfg.steps) as bar:
@@ -147,7 +155,8 @@ def _train_batched(data: list[Tensor], cfgs: list[SAETrainingConfig]) -> list[Sp
         torch.manual_seed(cfg.seed)
         saes.append(SparseAutoencoder(x.shape[1], cfg.d_sae, tied=cfg.tied, l1_coefficient=cfg.l1_coefficient,
                                       centring=x.mean(0) if cfg.centre else None,
-                                      normalize_encoder=cfg.normalize_encoder))
+                                      normalize_encoder=cfg.normalize_encoder, hook_name=cfg.hook_name,
+                                      model_name=cfg.model_name))
     cfg = cfgs[0]
     tied, norm_enc = cfg.tied, cfg.normalize_encoder
     dictionary = torch.nn.Parameter(torch.stack([s.dictionary.detach() for s in saes]))  # (K, d_sae, d_in)
