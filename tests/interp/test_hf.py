@@ -6,24 +6,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from iclr24.interp import HookedLM, Layout  # noqa: E402
+from tests.interp.tiny_models import gpt2, llama  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def one_thread():
     torch.set_num_threads(1)
-
-
-def llama():
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
-    return HookedLM(transformers.LlamaForCausalLM(cfg))
-
-
-def gpt2():
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=3, n_head=4, n_positions=32)
-    return HookedLM(transformers.GPT2LMHeadModel(cfg))
 
 
 MODELS = {"llama": llama, "gpt2": gpt2}

@@ -25,20 +25,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-
-def boxed(text: str) -> str | None:
-    """The raw content of the last ``boxed{...}`` in ``text``, braces matched."""
-    start = text.rfind("boxed")
-    if start < 0:
-        return None
-    rest, depth = text[start + 5:], 0
-    if not rest.startswith("{"):
-        return rest.split("$")[0].strip()
-    for i, ch in enumerate(rest):
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth == 0:
-            return rest[1:i]
-    return None
+# run as a script, this folder is on sys.path: the official answers' \boxed{} reader is shared
+from make_official_pairs import boxed  # noqa: E402
 
 
 def python_syntax(ref: str) -> str:
