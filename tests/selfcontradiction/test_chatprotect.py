@@ -27,8 +27,9 @@ def scripted(fn):
 
 
 def field(prompt, name):
-    match = re.search(rf"^{name}: (.*)$", prompt, re.MULTILINE)
-    return match.group(1) if match else None
+    """The last ``name: value`` line (the question follows the worked examples)."""
+    matches = re.findall(rf"^{name}: (.*)$", prompt, re.MULTILINE)
+    return matches[-1] if matches else None
 
 
 # ---- detection -----------------------------------------------------------------------------------------------
@@ -108,7 +109,7 @@ def test_trigger_asks_for_an_alternative_with_subject_and_predicate_in_context()
     first = prompt_text(generator.calls[0]["prompt"])
     assert "Kalo was founded in 1642." not in first            # the alternative is written without its sentence
     second = generator.calls[1]
-    assert second["prompt"][0]["role"] == "user" and second["temperature"] == 0.0     # the authors' default
+    assert second["temperature"] == 0.0                                          # the authors' default
     assert "Kalo was founded in 1642." in prompt_text(second["prompt"])
     assert "Tell me about Kalo." in prompt_text(second["prompt"])
 
@@ -373,3 +374,78 @@ def test_a_revision_that_returns_the_sentence_is_reported_unchanged():
     report = ChatProtect(generator, analyzer, reviser=generator, n_votes=1, max_rounds=2).mitigate(
         "q", "Kalo was founded in 1642.")
     assert [c.action for c in report.checks if c.flagged] == ["unchanged", "removed"]
+
+
+# ---- the authors' prompt structure and pass count -------------------------------------------------------------
+
+def test_the_trigger_prompt_has_a_system_prompt_and_three_worked_examples():
+    from iclr24.selfcontradiction.chatprotect import ALTERNATIVE_EXAMPLES, ALTERNATIVE_SYSTEM, NO_PREFIX
+
+    generator = scripted(lambda prompt, i: "Kalo was founded in 1999.")
+    ChatProtect(generator, scripted(lambda p, i: "No")).trigger("Tell me about Kalo.", "Kalo was founded in 1642.")
+    messages = generator.calls[0]["prompt"]
+    assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * 3 + ["user"]
+    assert messages[0]["content"] == ALTERNATIVE_SYSTEM and len(ALTERNATIVE_EXAMPLES) == 3
+    for (_, _, subject, predicate, answer), question, reply in zip(ALTERNATIVE_EXAMPLES, messages[1::2],
+                                                                   messages[2::2]):
+        assert f"Subject: {subject}\nPredicate: {predicate}\nObject: _" in question["content"]
+        assert reply["content"] == answer
+    assert NO_PREFIX in messages[5]["content"]                   # one example starts with no earlier text
+    assert field(messages[-1]["content"], "Subject") == "Kalo" and NO_PREFIX in messages[-1]["content"]
+    assert '"Tell me about Kalo."' in messages[-1]["content"]
+
+
+def test_by_default_three_revising_passes_and_a_removing_one():
+    analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt else "They differ.")
+    revisions = []
+
+    def generator(prompt, i):
+        if "Conflicting statement:" in prompt:
+            revisions.append(field(prompt, "Sentence"))
+            return f"Kalo was founded in {1700 + len(revisions)}."
+        return "Kalo was founded in 1999."
+
+    generator = scripted(generator)
+    protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=1)
+    assert protect.max_rounds == 4
+    report = protect.mitigate("q", "Kalo was founded in 1642. Nothing else.")
+    assert report.rounds == 4 and report.text == "Nothing else."
+    assert len(revisions) == 3                                   # the fourth pass removes without asking
+    assert [c.action for c in report.checks if c.flagged] == ["revised"] * 3 + ["removed"]
+
+
+def test_detect_many_batches_explanations_and_each_pairs_votes_and_scores_as_detect():
+    from iclr24.llm.base import Completion
+
+    def reply(prompt):
+        text = prompt_text(prompt)
+        if "Answer Yes or No" not in text:
+            return "They differ." if "1901" in text else "They agree."
+        return "Yes" if "1901" in text else "No"
+
+    class Batched:
+        capabilities = get_model("scripted", outputs=[], logprobs=lambda ids: TABLE).capabilities   # local
+
+        def __init__(self):
+            self.batches = []
+
+        def generate(self, prompt, n=1, **kwargs):
+            return [Completion(reply(prompt), "stop", 0, 0, 0.0)] * n
+
+        def generate_batch(self, prompts, **kwargs):
+            self.batches.append((len(prompts), kwargs["temperature"]))
+            return [Completion(reply(p), "stop", 0, 0, 0.0) for p in prompts]
+
+    items = [("c", "It opened in 1889.", "It opened in 1901."), ("c", "It opened in 1889.", "it opened in 1889."),
+             ("c", "It opened in 1889.", "It was opened in 1889.")]
+    model = Batched()
+    many = ContradictionDetector(model, n_votes=4).detect_many(items)
+    assert [d.score for d in many] == [1.0, 0.0, 0.0] and many[1].method == "identical"
+    assert many[0].explanation == "They differ." and many[0].votes == (True,) * 4
+    assert model.batches == [(2, 0.0), (4, 1.0), (4, 1.0)]     # one batch of explanations, one of votes a pair
+    single = ContradictionDetector(Batched(), n_votes=4)
+    assert [single.detect(*item).score for item in items] == [d.score for d in many]
+    server = Batched()
+    server.capabilities = get_model("scripted", outputs=[]).capabilities              # no logits: a server
+    assert [d.score for d in ContradictionDetector(server, n_votes=4).detect_many(items)] == [1.0, 0.0, 0.0]
+    assert server.batches == [(2, 0.0)]                          # votes: one request for n answers a pair

@@ -1,6 +1,11 @@
 """The selfcontradiction reproduction's claims: replicates are independent pairs and prompts (fast)."""
 from iclr24.core import get_experiment
-from iclr24.selfcontradiction.experiment import _claims, _detection_evidence, _simulate
+from iclr24.llm.base import Completion
+from iclr24.selfcontradiction.experiment import _claims, _detection_evidence, _sanity_checks, _simulate
+
+DETECT = {"ChatProtect (single-pass P(Yes))": {"pairs": 4, "precision": 1.0, "recall": 1.0, "f1": 1.0,
+                                               "flags": [True, True, False, False],
+                                               "labels": [True, True, False, False]}}
 
 
 def test_detection_is_judged_on_precision_and_recall_over_labelled_pairs():
@@ -18,15 +23,54 @@ def test_a_few_pairs_decide_nothing():
     assert _detection_evidence([True, False], [True, False]).verdict == "inconclusive"
 
 
-def test_removing_what_was_flagged_is_a_check_and_the_claims_count_prompts():
+def test_the_rate_and_the_last_pass_are_sanity_checks_not_claims():
     cfg = get_experiment("selfcontradiction").config("smoke", ["entities=20"])
     sim = _simulate(cfg, seed=0)
-    assert sim["last_pass_removed"] == sim["last_pass_flagged"]  # true by construction: the last pass removes
-    detect = {"ChatProtect (single-pass P(Yes))": {"pairs": 4, "precision": 1.0, "recall": 1.0, "f1": 1.0,
-                                                   "flags": [True, True, False, False],
-                                                   "labels": [True, True, False, False]}}
-    detection, rate, mitigate = _claims(cfg, sim, detect, "scripted test model")
-    assert "scripted test model" in detection.measured and rate.statement.startswith("SIMULATED")
-    assert rate.evidence.parts[0].n == 20 and rate.evidence.parts[0].unit == "prompts (fictional places)"
-    assert "flagged" not in mitigate.criterion  # only removal of all contradictions and facts kept are judged
-    assert mitigate.evidence.parts[0].label == "share of contradictions removed"
+    checks = _sanity_checks(cfg, sim)
+    assert all(c.passed for c in checks) and len(checks) == 3
+    assert "flagged rate" in checks[1].statement and "removes >= 89.5%" in checks[2].statement
+    claims = _claims(cfg, sim, DETECT, "scripted test model")
+    assert len(claims) == 2 and "scripted test model" in claims[0].measured
+    assert not any("rate" in c.statement for c in claims)
+    sim["measured_rate"] = sim["configured_rate"] + 0.4      # a broken trigger or analyser fails the check
+    assert not _sanity_checks(cfg, sim)[1].passed
+
+
+def test_mitigation_is_judged_on_informativeness_against_deleting_every_flagged_sentence():
+    cfg = get_experiment("selfcontradiction").config("quick", ["entities=60"])
+    sim = _simulate(cfg, seed=0)
+    mitigate = _claims(cfg, sim, DETECT, "m")[1]
+    informativeness, removal = mitigate.evidence.parts
+    assert informativeness.kind == "compare" and informativeness.n == 60 and informativeness.paired
+    assert informativeness.label.startswith("informativeness") and removal.threshold == -0.05
+    assert informativeness.verdict == "holds" and sim["informativeness"] > sim["baseline_informativeness"]
+    # a reviser that deletes instead of revising keeps no more than the baseline: the claim cannot hold
+
+    class Deleter:
+        name = "deleter"
+
+        def generate(self, prompt, **kwargs):
+            return [Completion("NONE", "stop", 0, 0, 0.0)]
+
+    deleting = _simulate(cfg, seed=0, reviser=Deleter())
+    assert _claims(cfg, deleting, DETECT, "m")[1].evidence.verdict != "holds"
+    assert deleting["informativeness"] <= deleting["baseline_informativeness"]
+
+
+def test_detection_is_also_compared_with_always_yes_and_selfcheck_on_the_same_pairs():
+    labels = [True] * 50 + [False] * 50
+    good = [True] * 47 + [False] * 3 + [False] * 48 + [True] * 2
+    detect = {"ChatProtect (single-pass P(Yes))": {"pairs": 100, "precision": 0.96, "recall": 0.94, "f1": 0.95,
+                                                   "flags": good, "labels": labels},
+              "SelfCheck prompt (P(No))": {"pairs": 110, "precision": 0.5, "recall": 1.0, "f1": 0.67,
+                                           "flags": [True] * 110, "labels": labels + [True] * 10}}
+    cfg = get_experiment("selfcontradiction").config("smoke", [])
+    sim = _simulate(cfg, seed=0)
+    detection = _claims(cfg, sim, detect, "m")[0]
+    parts = detection.evidence.parts
+    assert [p.label for p in parts[1:]] == ["accuracy: ChatProtect - always Yes",
+                                            "accuracy: ChatProtect - SelfCheck prompt"]
+    assert all(p.n == 100 and p.verdict == "holds" for p in parts[1:]) and detection.evidence.verdict == "holds"
+    assert "F1 95% bootstrap interval [0." in detection.measured
+    detect["ChatProtect (single-pass P(Yes))"]["flags"] = [True] * 100       # no skill: ties always-Yes
+    assert _claims(cfg, sim, detect, "m")[0].evidence.verdict != "holds"

@@ -12,7 +12,8 @@ Language Models: Evaluation, Detection and Mitigation". ICLR 2024. https://arxiv
     protect.detect(context, "It opened in 1889.", "It opened in 1901.").score   # fraction of Yes votes
 
 ``SelfCheckDetector`` is the SelfCheckGPT-style baseline with the same ``detect`` interface;
-``load_pairs()`` gives the 110 labelled pairs to measure a detector on. ``SimulatedGenerator`` and
+``load_pairs()`` gives the 110 labelled pairs to measure a detector on; ``load_pairs(path=...)`` the
+authors' annotated pairs from a local copy of eth-sri/ChatProtect. ``SimulatedGenerator`` and
 ``SimulatedAnalyzer`` are SIMULATED models over a ``FictionalWorld`` with known ground truth.
 """
 

@@ -2,14 +2,16 @@
 
 Trigger (Section 3 of the paper): for each sentence of a generated text, take its (subject; predicate;
 object) triples and have the generator write another sentence in the same context about (subject;
-predicate; _). Two sentences about the same thing that cannot both be true are a self-contradiction: at
-least one of them is a hallucination, found without any external knowledge.
+predicate; _), prompted with a system prompt and three worked examples as in the authors' code. Two
+sentences about the same thing that cannot both be true are a self-contradiction: at least one of them is
+a hallucination, found without any external knowledge.
 Detect: the analyser explains whether the pair contradicts, then answers Yes/No ``n_votes`` times at
 temperature 1; the score is the fraction of Yes. With a backend that gives next-token log-probabilities, a
 single pass reads P(Yes) instead.
 Mitigate: a flagged sentence is rewritten to drop the conflicting information and keep the rest (removed
 when nothing is left); up to ``max_rounds`` passes over the whole text, stopping when no sentence is
-flagged; in the last pass whatever is still flagged is removed.
+flagged; in the last pass whatever is still flagged is removed (default 4: three revising passes and a
+removing one, as in the authors' code).
 """
 
 from __future__ import annotations
@@ -23,17 +25,52 @@ from iclr24.llm.base import require_logprobs
 from iclr24.selfcontradiction.sentences import Triple, parse_triples, rule_based_triple, split_sentences
 
 __all__ = ["ChatProtect", "ContradictionDetector", "Detection", "ProtectReport", "SentenceCheck", "Trigger",
-           "yes_probability"]
+           "alternative_messages", "yes_probability"]
 
-ALTERNATIVE_PROMPT = """Here is the beginning of a text written in answer to: {prompt}
+# The trigger prompt, in the authors' structure (``generate_statement_missing_object_free``): a system prompt,
+# three worked examples as earlier turns (an answer with a prefix, a question's answer, an empty prefix), then the
+# question. The wording and the examples are ours.
+ALTERNATIVE_SYSTEM = ("You write answers one sentence at a time. You are given the beginning of an answer and a "
+                      "(subject; predicate; object) triple whose object is missing. You reply with the next sentence "
+                      "of the answer, which fills in the missing object.")
 
+ALTERNATIVE_PROMPT = """Here is the beginning of an answer to the prompt "{prompt}":
 {prefix}
 
-Write the next sentence of the text. It must say something about the subject below, starting with the
-subject and the predicate.
+Write the next sentence of this answer. It must fill in the missing object of the triple below and say as little
+else as possible.
 Subject: {subject}
 Predicate: {predicate}
-Next sentence:"""
+Object: _"""
+
+NO_PREFIX = "There is no earlier text."
+
+# (prompt, prefix, subject, predicate, the sentence the example answers with)
+ALTERNATIVE_EXAMPLES = (
+    ("Please tell me about Marie Curie",
+     "Marie Curie was a physicist and chemist who pioneered the study of radioactivity. She was born in Warsaw in "
+     "1867 and moved to Paris to study at the Sorbonne.",
+     "Curie", "was awarded", "Curie was awarded the Nobel Prize in Physics in 1903."),
+    ("Who is Lionel Messi?",
+     "Lionel Messi is an Argentine footballer, widely regarded as one of the best players of all time.",
+     "Messi", "spent most of his club career at", "He spent most of his club career at FC Barcelona."),
+    ("Where was Wolfgang Amadeus Mozart born?", "",
+     "Wolfgang Amadeus Mozart", "was born in the city of", "Wolfgang Amadeus Mozart was born in Salzburg."),
+)
+
+
+def alternative_messages(prompt: str, prefix: str, subject: str, predicate: str) -> list[dict[str, str]]:
+    """The trigger's chat: the system prompt, the worked examples as earlier turns, then the question."""
+    messages = [{"role": "system", "content": ALTERNATIVE_SYSTEM}]
+    for example_prompt, example_prefix, example_subject, example_predicate, answer in ALTERNATIVE_EXAMPLES:
+        messages += [{"role": "user", "content": ALTERNATIVE_PROMPT.format(
+                          prompt=example_prompt, prefix=example_prefix or NO_PREFIX, subject=example_subject,
+                          predicate=example_predicate)},
+                     {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": ALTERNATIVE_PROMPT.format(
+        prompt=prompt, prefix=prefix or NO_PREFIX, subject=subject, predicate=predicate)})
+    return messages
+
 
 TRIPLES_PROMPT = """Extract the facts of the sentence as (subject; predicate; object) triples, one per line.
 
@@ -44,23 +81,28 @@ Sentence: The Eiffel Tower was completed in 1889 and is 330 metres tall.
 Sentence: {sentence}
 """
 
-EXPLAIN_PROMPT = """Context: {context}
+# Detection (``explain_consistent_cot`` / ``check_consistent_cot``): a greedy explanation with no system prompt,
+# then the conclusion asked for in a new turn and sampled ``n_votes`` times at temperature 1.
+EXPLAIN_PROMPT = """Below is the beginning of a text, then two statements about its topic.
+Context: {context}
 Statement 1: {a}
 Statement 2: {b}
-Can both statements be true at the same time, given the context? Explain briefly, step by step."""
+Explain whether the two statements are contradictory. Give your explanation only."""
 
-CONCLUDE_PROMPT = "Do the two statements contradict each other? Answer Yes or No."
+CONCLUDE_PROMPT = "Conclude whether the two statements are contradictory. Answer Yes or No."
 
+# Revision (``rephrase_desc_remove_conflict``): drop what conflicts, keep the rest, add nothing. A revision that
+# leaves nothing answers NONE (the authors ask for an empty string, which chat models rarely send).
 REVISE_PROMPT = """Here is the beginning of a text written in answer to: {prompt}
-
 {prefix}
 
-The next sentence was:
+This sentence came next:
 Sentence: {sentence}
-It conflicts with this statement:
+But it contradicts this statement:
 Conflicting statement: {alternative}
-Rewrite the sentence so that it keeps all the information that is not in conflict and drops the
-conflicting information. If nothing is left, answer NONE.
+Remove the conflicting information from the sentence and keep as much of the other information as you can. The
+new sentence must fit after the text above and hold only information from the original sentence. Reply with the
+new sentence only, or NONE if nothing is left.
 Rewritten sentence:"""
 
 _YES, _NO = re.compile(r"\byes\b", re.IGNORECASE), re.compile(r"\bno\b", re.IGNORECASE)
@@ -152,27 +194,88 @@ class ContradictionDetector:
 
     def detect(self, context: str, a: str, b: str) -> Detection:
         check_statements(context, a, b)
-        if " ".join(a.split()).lower() == " ".join(b.split()).lower():
+        if _identical(a, b):
             return Detection(0.0, "the statements are identical", (), "identical")    # no call needed
-        question = {"role": "user", "content": EXPLAIN_PROMPT.format(context=context.strip() or "(none)",
-                                                                     a=a.strip(), b=b.strip())}
+        question = _question(context, a, b)
         explanation = ""
         if self.explain:
             explanation = self.analyzer.generate([question], max_tokens=self.explanation_tokens,
                                                  temperature=0.0)[0].text
             self.calls += 1
-        # the explanation is the analyser's own turn; the conclusion is asked for in a new one
-        conclude = [question, *([{"role": "assistant", "content": explanation.strip()}] if explanation.strip()
-                                else []), {"role": "user", "content": CONCLUDE_PROMPT}]
+        conclude = _conclusion(question, explanation)
         self.calls += 1
         if self.mode == "logprob":
             return Detection(yes_probability(self.analyzer, conclude), explanation, (), "logprob")
         replies = self.analyzer.generate(conclude, max_tokens=5, temperature=1.0, n=self.n_votes,
                                          seed=self.seed + self.calls)
+        return self._votes(replies, explanation)
+
+    def detect_many(self, items, progress=None) -> list[Detection]:
+        """``detect`` for each ``(context, a, b)`` of ``items``, with a local model's batched decoding: the
+        explanations are decoded together (greedy, so each is what it would be alone, up to float rounding),
+        and on a local model (full logits) each pair's votes are one batch of identical prompts, encoded once
+        (the backend caches the shared prefix); a server gets one request for ``n_votes`` answers. Without
+        ``generate_batch`` (or in ``mode="logprob"``) it calls ``detect`` pair by pair.
+        ``progress``: a callback after each pair."""
+        items = list(items)
+        if self.mode == "logprob" or not hasattr(self.analyzer, "generate_batch"):
+            detections = []
+            for context, a, b in items:
+                detections.append(self.detect(context, a, b))
+                if progress is not None:
+                    progress()
+            return detections
+        from iclr24.llm.base import generate_batch
+
+        for context, a, b in items:
+            check_statements(context, a, b)
+        questions = {i: _question(*item) for i, item in enumerate(items) if not _identical(item[1], item[2])}
+        explanations = dict.fromkeys(questions, "")
+        if self.explain and questions:
+            replies = generate_batch(self.analyzer, [[q] for q in questions.values()],
+                                     max_tokens=self.explanation_tokens, temperature=0.0)
+            self.calls += len(questions)
+            explanations = {i: r.text for i, r in zip(questions, replies)}
+        caps = getattr(self.analyzer, "capabilities", None)
+        local = bool(caps is not None and caps.full_logits)
+        detections = []
+        for i in range(len(items)):
+            if i not in questions:
+                detections.append(Detection(0.0, "the statements are identical", (), "identical"))
+            else:
+                self.calls += 1
+                conclude = _conclusion(questions[i], explanations[i])
+                if local:       # one batch whose shared prompt is encoded once
+                    replies = generate_batch(self.analyzer, [conclude] * self.n_votes, max_tokens=5,
+                                             temperature=1.0, seed=self.seed + self.calls)
+                else:           # a server samples n answers to one request
+                    replies = self.analyzer.generate(conclude, max_tokens=5, temperature=1.0, n=self.n_votes,
+                                                     seed=self.seed + self.calls)
+                detections.append(self._votes(replies, explanations[i]))
+            if progress is not None:
+                progress()
+        return detections
+
+    def _votes(self, replies, explanation: str) -> Detection:
         votes = tuple(parse_yes_no(r.text) for r in replies)
         if not votes:
             raise RuntimeError(f"the analyser returned no completions for n={self.n_votes}")
         return Detection(sum(v is True for v in votes) / len(votes), explanation, votes, "votes")
+
+
+def _identical(a: str, b: str) -> bool:
+    return " ".join(a.split()).lower() == " ".join(b.split()).lower()
+
+
+def _question(context: str, a: str, b: str) -> dict[str, str]:
+    return {"role": "user", "content": EXPLAIN_PROMPT.format(context=context.strip() or "(none)", a=a.strip(),
+                                                             b=b.strip())}
+
+
+def _conclusion(question: dict[str, str], explanation: str) -> list[dict[str, str]]:
+    """The explanation as the analyser's own turn, then the conclusion asked for in a new one."""
+    return [question, *([{"role": "assistant", "content": explanation.strip()}] if explanation.strip() else []),
+            {"role": "user", "content": CONCLUDE_PROMPT}]
 
 
 def _require_model(name: str, model) -> None:
@@ -244,13 +347,13 @@ class ChatProtect:
 
     Mitigation: each pass checks the whole text; every flagged triple of a sentence is revised in turn,
     each revision applied to the last, and the sentence goes when a revision leaves nothing (NONE). The
-    last of ``max_rounds`` passes removes what is still flagged, and a clean pass stops early. The authors'
-    code runs three revising passes and a removing one: ``max_rounds=4``. ``drop_when_all_flagged`` removes
+    last of ``max_rounds`` passes removes what is still flagged, and a clean pass stops early. The default,
+    ``max_rounds=4``, is the authors': three revising passes and a removing one. ``drop_when_all_flagged`` removes
     a sentence with more than one triple, all flagged, without asking (their shortcut).
     """
 
     def __init__(self, generator, analyzer=None, *, reviser=None, n_votes: int = 10, threshold: float = 0.5,
-                 detector=None, triples: str = "rule", max_rounds: int = 3, drop_when_all_flagged: bool = True,
+                 detector=None, triples: str = "rule", max_rounds: int = 4, drop_when_all_flagged: bool = True,
                  alternative_temperature: float = 0.0, alternative_tokens: int = 60, seed: int = 0) -> None:
         if triples not in ("rule", "llm"):
             raise ValueError(f"triples must be 'rule' or 'llm', got {triples!r}")
@@ -287,8 +390,7 @@ class ChatProtect:
         return [triple] if triple else []
 
     def alternative(self, prompt: str, prefix: str, triple: Triple) -> str:
-        reply = self._generate(ALTERNATIVE_PROMPT.format(prompt=prompt, prefix=prefix or "(the text starts here)",
-                                                         subject=triple.subject, predicate=triple.predicate),
+        reply = self._generate(alternative_messages(prompt, prefix, triple.subject, triple.predicate),
                                max_tokens=self.alternative_tokens, temperature=self.alternative_temperature)
         sentences = split_sentences(reply.strip())
         return sentences[0] if sentences else ""
@@ -355,7 +457,7 @@ class ChatProtect:
     def revise(self, prompt: str, trig: Trigger, sentence: str | None = None) -> str:
         """The reviser's rewrite of ``sentence`` (default ``trig.sentence``) without what conflicts with
         ``trig.alternative`` ("" when it answers NONE or nothing is left)."""
-        text = REVISE_PROMPT.format(prompt=prompt, prefix=trig.prefix or "(the text starts here)",
+        text = REVISE_PROMPT.format(prompt=prompt, prefix=trig.prefix or NO_PREFIX,
                                     sentence=sentence or trig.sentence, alternative=trig.alternative)
         reply = self.reviser.generate(as_chat(text), max_tokens=self.alternative_tokens, temperature=0.0)[0].text
         sentences = split_sentences(reply.strip())
@@ -369,7 +471,7 @@ class ChatProtect:
             raise ValueError(f"prompt must be a non-empty str, got {prompt!r}")
         return self.mitigate(prompt, self._generate(prompt, max_tokens=max_tokens).strip())
 
-    def _generate(self, prompt: str, *, max_tokens: int, temperature: float = 0.0) -> str:
+    def _generate(self, prompt, *, max_tokens: int, temperature: float = 0.0) -> str:
         self.generator_calls += 1
         return self.generator.generate(as_chat(prompt), max_tokens=max_tokens, temperature=temperature,
                                        seed=self.seed + self.generator_calls)[0].text

@@ -3,7 +3,8 @@
 ``load_pairs()``: 110 pairs written for this project: 55 fictional contexts, each with a sentence, a
 contradictory alternative and a consistent one (a paraphrase, or the same fact in other words). Fictional
 entities keep a model's own knowledge out of the judgement, as the paper's own test set does by pairing
-sentences the model itself generated.
+sentences the model itself generated. ``load_pairs(path=...)`` reads that test set (the authors' human
+annotations) from a local copy of their repository.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 from iclr24.core import check_int, check_number
 from iclr24.llm.base import require_logprobs
@@ -30,11 +32,61 @@ class LabelledPair:
     contradictory: bool
 
 
-def load_pairs() -> list[LabelledPair]:
-    """The bundled labelled pairs (``data/pairs.jsonl``)."""
-    text = resources.files("iclr24.selfcontradiction").joinpath("data/pairs.jsonl").read_text(encoding="utf-8")
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [LabelledPair(r["id"], r["context"], r["a"], r["b"], r["label"] == "contradictory") for r in rows]
+AUTHORS_GENERATORS = ("chatgpt", "gpt4", "llama-2-70b-chat", "vicuna-13b-1.1")
+_FETCH = ("fetch the authors' repository (git clone https://github.com/eth-sri/ChatProtect, or the fetch tool's "
+          "github:eth-sri/ChatProtect) and pass its root")
+
+
+def load_pairs(path=None, *, generator: str = "chatgpt", triples: str | None = "compactie") -> list[LabelledPair]:
+    """Labelled pairs: by default the 110 bundled ones (``data/pairs.jsonl``); with ``path``, the authors'
+    human-annotated test set from a local copy of eth-sri/ChatProtect (nothing is downloaded).
+
+    ``path`` is the repository's root (or its ``test/test/sentences`` folder). The pairs are the JSON files
+    ``<generator>/<prompt>/m3/*.txt`` (``ExtSentence`` in their ``chatprotect/util.py``): ``orig`` and ``alt``
+    are the pair, ``target`` (the prompt) and ``prefix`` the context, and ``tag`` the annotation (``strong``
+    or ``weak``: contradictory; ``ok``: not); pairs from revised answers (``m2_...``) and cost files are
+    skipped, as in their measurement. ``triples="compactie"`` keeps the pairs
+    triggered by CompactIE triples, as their Table 3 measurement does (None keeps every pair).
+    """
+    if path is None:
+        text = resources.files("iclr24.selfcontradiction").joinpath("data/pairs.jsonl").read_text(encoding="utf-8")
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [LabelledPair(r["id"], r["context"], r["a"], r["b"], r["label"] == "contradictory") for r in rows]
+    if not isinstance(generator, str) or not generator:
+        raise ValueError(f"generator must be a non-empty str such as {AUTHORS_GENERATORS[0]!r}, got {generator!r}")
+    root = Path(path).expanduser()
+    sentences = next((d for d in (root / "test" / "test" / "sentences", root) if (d / generator).is_dir()), None)
+    if sentences is None:
+        found = sorted(d.name for d in (root / "test" / "test" / "sentences").glob("*") if d.is_dir())
+        where = (f"it has sentences for {found}, not generator={generator!r}" if found else
+                 f"expected {root / 'test/test/sentences' / generator}/<prompt>/m3/*.txt")
+        raise FileNotFoundError(f"no ChatProtect test set at path={str(path)!r}: {where}; {_FETCH}")
+    pairs = []
+    # pairs from the original answers; ``m2_...`` files come from revised ones, ``_cost...`` files are API costs
+    for file in sorted((sentences / generator).glob("*/m3/[0-9]*.txt")):
+        try:
+            row = json.loads(file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{file} is not an annotated pair (JSON, as in their test set): {error}") from None
+        if "tag" not in row:                       # a cost record
+            continue
+        missing = {"target", "orig", "alt", "prefix", "triple"} - row.keys()
+        if missing or row["tag"] not in ("ok", "weak", "strong"):
+            raise ValueError(f"{file} is not an annotated pair: missing {sorted(missing)} or tag {row['tag']!r} "
+                             "is not 'ok', 'weak' or 'strong'")
+        triple = row["triple"]           # [(s, p, o), origin] or [(s, p, o), origin, cost]; older files: (s, p, o)
+        origin = triple[1] if isinstance(triple, list) and len(triple) in (2, 3) and isinstance(triple[0], list) \
+            else None
+        if triples is not None and origin != triples:
+            continue
+        if not row["orig"].strip() or not row["alt"].strip():
+            continue                               # an empty alternative: nothing to judge
+        pairs.append(LabelledPair(str(file.relative_to(sentences).with_suffix("")),
+                                  " ".join(filter(None, (row["target"].strip(), row["prefix"].strip()))),
+                                  row["orig"].strip(), row["alt"].strip(), row["tag"] in ("weak", "strong")))
+    if not pairs:
+        raise ValueError(f"no annotated pairs with triples={triples!r} under {sentences / generator}/*/m3/")
+    return pairs
 
 
 SELFCHECK_PROMPT = """Context: {sample}
@@ -90,7 +142,10 @@ def _overlap_f1(a: str, b: str) -> float:
 
 
 def score_pairs(detector, pairs: Sequence[LabelledPair], progress=None) -> list[float]:
-    """``detector.detect(context, a, b).score`` for every pair (``progress``: a callback after each)."""
+    """``detector.detect(context, a, b).score`` for every pair (``progress``: a callback after each); through
+    ``detector.detect_many`` where it has one (batched decoding)."""
+    if hasattr(detector, "detect_many"):
+        return [d.score for d in detector.detect_many([(p.context, p.a, p.b) for p in pairs], progress=progress)]
     scores = []
     for pair in pairs:
         scores.append(detector.detect(pair.context, pair.a, pair.b).score)

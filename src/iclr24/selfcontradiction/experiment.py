@@ -8,22 +8,27 @@ places (known facts stated the same way each time, unknown ones sampled) and a s
 error rate judges the pairs; ChatProtect triggers, detects and mitigates, and the ground truth scores it.
 
 Replicates are independent prompts: for detection, the labelled pairs (precision and recall as rates over
-them); for the pipeline, the fictional places (one prompt each). That mitigation's last pass removes what it
-still flags is true by construction: a sanity check, not a claim.
+them, and per-pair correctness against always-Yes and the SelfCheck prompt on the same pairs); for the
+pipeline, the fictional places (one prompt each), where mitigation's informativeness and removal are paired
+with a baseline that deletes every flagged sentence. What the simulation's construction guarantees (the last
+pass removes what it still flags, the flagged rate follows the configured one, most contradictions go) is a
+sanity check, not a claim.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
-from iclr24.core.evidence import against, all_of  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare  # noqa: E402
 from iclr24.llm.base import logprobs_available  # noqa: E402
 from iclr24.selfcontradiction.chatprotect import ChatProtect, ContradictionDetector  # noqa: E402
 from iclr24.selfcontradiction.evaluation import (  # noqa: E402
@@ -44,15 +49,22 @@ PAPER = ("Self-contradictory Hallucinations of Large Language Models: Evaluation
          "(Mündler, He, Jenko, Vechev; ICLR 2024)")
 CLAIM_DETECT = ("the prompted detector finds self-contradictions with high precision and recall (a capable "
                 "analyser such as ChatGPT is needed; the embedded 135M model is reported as measured)")
-CLAIM_RATE = "SIMULATED: the triggered pipeline measures the generator's self-contradiction rate"
-CLAIM_MITIGATE = "SIMULATED: iterative mitigation removes contradictions while keeping the consistent facts"
+CLAIM_MITIGATE = ("SIMULATED: iterative mitigation keeps more of the consistent information than deleting every "
+                  "flagged sentence, while removing as many contradictions")
+SELFCHECK = "SelfCheck prompt (P(No))"
 PROMPTS = ("Please tell me about the Eiffel Tower.", "Please tell me about the river Thames.")
 
 # Thresholds, fixed before any run:
 DETECT_BAR = 0.75  # precision and recall each above 0.75 (the pre-migration F1 >= 0.75; paper: P 84.2, R 83.2)
-RATE_TOLERANCE = 0.05  # flagged rate within 5 points of the configured rate (pre-migration criterion)
+BASELINE_MARGIN = 0.0  # and more pairs judged right than flagging every pair, and than the SelfCheck prompt
+# Mitigation (the claim), paired over places against deleting every sentence flagged in the first pass:
+# Informativeness: the known facts (the simulated generator's valid information) still stated truly after
+# mitigation / before it; a fact consistent in the first pass only by chance is a hallucination, not information.
+INFORMATIVENESS_MARGIN = 0.0  # informativeness above the deleting baseline's
+REMOVAL_SLACK = 0.05  # contradictions removed: no more than 5 points below the deleting baseline (non-inferior)
+# Sanity checks on the simulation's arithmetic (not claims: they follow from how the simulation is built):
+RATE_BAND_SE = 3.0  # flagged rate within 3 binomial standard errors of what the configured rate and error imply
 REMOVED_BAR = 0.895  # share of contradictions removed: the paper's 89.5% (Table 3, ChatGPT)
-KEPT_BAR = 0.90  # share of known (consistent) facts kept (pre-migration criterion; paper's informativeness 100.8%)
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,7 @@ class Config:
     revision_error: float = 0.1   # revisions that restate a hallucinated value instead of dropping it
     n_votes: int = 10
     threshold: float = 0.5
-    max_rounds: int = 3
+    max_rounds: int = 4           # the authors': three revising passes and a removing one
     # the configured model (--llm)
     llm_pairs: int = 110          # pairs scored by the single-pass detectors
     vote_pairs: int = 10          # pairs scored by the explanation + votes detector (~7 s a pair, embedded)
@@ -97,17 +109,22 @@ PRESETS = {
 }
 
 
-def _simulate(cfg: Config, seed: int) -> dict:
+def _simulate(cfg: Config, seed: int, reviser=None) -> dict:
+    """ChatProtect over the simulated places, scored by the ground truth, beside the baseline that deletes every
+    sentence flagged in the first pass (the authors' removing step, run at once). ``reviser`` replaces the
+    simulated generator as the reviser (the tests' mutations)."""
     world = FictionalWorld(cfg.entities, cfg.known_fraction, seed=seed)
     generator = SimulatedGenerator(world, seed=seed, elaborate=cfg.elaborate, revision_error=cfg.revision_error)
     analyzer = SimulatedAnalyzer(world, cfg.analyzer_error, seed=seed)
     # the simulated analyser only judges; the generator, which knows its facts, rewrites
-    protect = ChatProtect(generator, analyzer, reviser=generator, n_votes=cfg.n_votes, threshold=cfg.threshold,
-                          max_rounds=cfg.max_rounds, seed=seed)
+    protect = ChatProtect(generator, analyzer, reviser=reviser or generator, n_votes=cfg.n_votes,
+                          threshold=cfg.threshold, max_rounds=cfg.max_rounds, seed=seed)
     checked = flagged = contradictory = removed = caught = caught_removed = known = kept = hits = 0
     false_alarms = false_alarms_kept = 0
     rounds = []
-    per_prompt = {"flagged_rate": [], "removed": [], "kept": []}  # one value per place (prompt)
+    # one value per place (prompt); the mitigation claim pairs ChatProtect with the deleting baseline place by place
+    per_prompt = {"flagged_rate": [], "removed": [], "kept": [], "baseline_kept": [], "baseline_removed": [],
+                  "consistent_kept": [], "baseline_consistent_kept": []}
     last_pass_flagged = last_pass_removed = 0
     for entity in world.entities:
         prompt = f"Please tell me about {entity}."
@@ -123,22 +140,31 @@ def _simulate(cfg: Config, seed: int) -> dict:
             if check.flagged and check.round == cfg.max_rounds:
                 last_pass_flagged += 1
                 last_pass_removed += check.action == "removed"
+        first = [c for c in report.checks if c.round == 1]
+        deleted = {c.trigger.index for c in first if c.flagged}  # the baseline drops every flagged sentence
         counts = (checked, flagged, contradictory, removed, known, kept)
-        for check in (c for c in report.checks if c.round == 1):
+        consistent = consistent_kept = baseline_consistent_kept = baseline_kept = n_baseline_removed = 0
+        for check in first:
             truth = analyzer.truth(check.trigger.sentence, check.trigger.alternative)
-            fact = world.parse(check.trigger.sentence)[0]
+            fact, value = world.parse(check.trigger.sentence)
             checked += 1
             flagged += check.flagged
             hits += check.flagged == bool(truth)
             if truth:                      # a contradiction is gone when the text no longer states the fact
                 contradictory += 1
                 removed += fact not in stated
+                n_baseline_removed += check.trigger.index in deleted
                 if check.flagged:
                     caught += 1
                     caught_removed += fact not in stated
-            if fact.known:
+            elif truth is False:           # consistent in the first pass (by chance, for an unknown fact)
+                consistent += 1
+                consistent_kept += value in stated.get(fact, ())
+                baseline_consistent_kept += check.trigger.index not in deleted
+            if fact.known:                 # valid information: a fact the generator knows, stated truly
                 known += 1
                 kept += fact.value in stated.get(fact, ())
+                baseline_kept += check.trigger.index not in deleted
                 if check.flagged:                     # a false alarm: did the revision keep the fact?
                     false_alarms += 1
                     false_alarms_kept += fact.value in stated.get(fact, ())
@@ -148,24 +174,56 @@ def _simulate(cfg: Config, seed: int) -> dict:
             per_prompt["flagged_rate"].append(n_flagged / n_checked)
         if n_contra:
             per_prompt["removed"].append(n_removed / n_contra)
+            per_prompt["baseline_removed"].append(n_baseline_removed / n_contra)
         if n_known:
             per_prompt["kept"].append(n_kept / n_known)
+            per_prompt["baseline_kept"].append(baseline_kept / n_known)
+        if consistent:
+            per_prompt["consistent_kept"].append(consistent_kept / consistent)
+            per_prompt["baseline_consistent_kept"].append(baseline_consistent_kept / consistent)
     miss = statistics.fmean(1 - 1 / len(pool) for pool in ATTRIBUTES.values())
+    mean = {k: statistics.fmean(v) if v else 0.0 for k, v in per_prompt.items()}
     return {"configured_rate": (1 - cfg.known_fraction) * miss, "measured_rate": flagged / checked,
             "true_rate": contradictory / checked, "detector_accuracy": hits / checked,
             "removed": removed / max(1, contradictory), "removed_flagged": caught_removed / max(1, caught),
             "kept": kept / max(1, known), "kept_flagged": false_alarms_kept / max(1, false_alarms),
+            "informativeness": mean["kept"], "baseline_informativeness": mean["baseline_kept"],
+            "baseline_removed": mean["baseline_removed"], "consistent_kept": mean["consistent_kept"],
+            "baseline_consistent_kept": mean["baseline_consistent_kept"],
             "max_rounds": max(rounds),
             "mean_rounds": statistics.fmean(rounds),
             "generator_calls": generator.calls, "analyzer_calls": analyzer.calls, "sentences": checked,
             "last_pass_flagged": last_pass_flagged, "last_pass_removed": last_pass_removed, "per_prompt": per_prompt}
 
 
+def _sanity_checks(cfg: Config, sim: dict) -> list[Check]:
+    """What the simulation's construction guarantees: a bug, not a finding, when one fails."""
+    rate, error = sim["configured_rate"], cfg.analyzer_error
+    expected = rate * (1 - error) + (1 - rate) * error        # contradictions caught plus false alarms
+    band = RATE_BAND_SE * math.sqrt(expected * (1 - expected) / sim["sentences"])
+    return [
+        Check("mitigation's last pass removes every sentence it still flags",
+              sim["last_pass_removed"] == sim["last_pass_flagged"],
+              f"{sim['last_pass_removed']} of {sim['last_pass_flagged']} removed (SIMULATED pipeline)"),
+        Check("the pipeline's flagged rate matches the simulated generator's configured self-contradiction rate "
+              f"and the analyser's error (within {RATE_BAND_SE:g} binomial standard errors)",
+              abs(sim["measured_rate"] - expected) <= band,
+              f"flagged {sim['measured_rate']:.3f} of {sim['sentences']} sentences vs {expected:.3f} +- {band:.3f} "
+              f"(configured rate {rate:.3f}, ground truth {sim['true_rate']:.3f}, analyser error {error:.0%}); "
+              "paper: 17.7% of ChatGPT's sentences"),
+        Check(f"mitigation removes >= {REMOVED_BAR:.1%} of the simulated contradictions (paper: 89.5%)",
+              sim["removed"] >= REMOVED_BAR,
+              f"removed {sim['removed']:.1%} (of the flagged ones {sim['removed_flagged']:.1%}), kept "
+              f"{sim['kept']:.1%} of known facts ({sim['kept_flagged']:.1%} of those falsely flagged), "
+              f"{sim['mean_rounds']:.2f} passes on average (at most {sim['max_rounds']} of {cfg.max_rounds})"),
+    ]
+
+
 @experiment(
     name="selfcontradiction",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_DETECT, CLAIM_RATE, CLAIM_MITIGATE],
+    claims=[CLAIM_DETECT, CLAIM_MITIGATE],
     description="ChatProtect: trigger a model to contradict itself, detect the contradiction with a prompted "
                 "analyser, and revise the text until it is consistent.",
 )
@@ -198,9 +256,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         tables["transcript"] = _plumbing(cfg, llm, ctx)
     figures["mitigation.png"] = _mitigation_figure(sim)
     claims = _claims(cfg, sim, detect, llm.name)
-    checks = [Check("mitigation's last pass removes every sentence it still flags",
-                    sim["last_pass_removed"] == sim["last_pass_flagged"],
-                    f"{sim['last_pass_removed']} of {sim['last_pass_flagged']} removed (SIMULATED pipeline)")]
+    checks = _sanity_checks(cfg, sim)
     notes = (f"Detection used {llm.name}. The pipeline rows are SIMULATED: a scripted generator over "
              f"{cfg.entities} fictional places ({cfg.known_fraction:.0%} of facts known, {cfg.elaborate:.0%} of "
              f"sentences reworded, {cfg.revision_error:.0%} of revisions stubborn) and a scripted analyser wrong on "
@@ -218,7 +274,7 @@ def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
         detectors.update({
             "ChatProtect (single-pass P(Yes))": (ContradictionDetector(llm, mode="logprob", explain=False),
                                                  cfg.llm_pairs),
-            "SelfCheck prompt (P(No))": (SelfCheckDetector(llm, mode="logprob"), cfg.llm_pairs)})
+            SELFCHECK: (SelfCheckDetector(llm, mode="logprob"), cfg.llm_pairs)})
     else:
         ctx.log(f"the single-pass P(Yes) detectors are not run: {llm.name} returns no log-probabilities")
     detectors["word overlap (no model)"] = (SelfCheckDetector(), len(pairs))
@@ -273,6 +329,36 @@ def _detection_evidence(flags, labels, unit: str = "labelled pairs"):
     return all_of(*parts)
 
 
+def _versus_baselines(chosen: dict, detect: dict) -> list:
+    """The judged detector against flagging every pair and against the SelfCheck prompt, on the same pairs: the
+    paired difference in per-pair correctness (exact, over the discordant pairs), above :data:`BASELINE_MARGIN`.
+    (F1 is not a mean over pairs, so it is reported with a bootstrap interval beside the verdict.)"""
+    n, labels = chosen["pairs"], chosen["labels"]
+    correct = [float(flag == label) for flag, label in zip(chosen["flags"], labels)]
+    parts = [compare(correct, [float(label) for label in labels], binary=True, margin=BASELINE_MARGIN,
+                     unit="labelled pairs", label="accuracy: ChatProtect - always Yes")]
+    selfcheck = detect.get(SELFCHECK)
+    if selfcheck is not None and selfcheck["pairs"] >= n:
+        parts.append(compare(correct, [float(f == y) for f, y in zip(selfcheck["flags"][:n], labels)], binary=True,
+                             margin=BASELINE_MARGIN, unit="labelled pairs",
+                             label="accuracy: ChatProtect - SelfCheck prompt"))
+    return parts
+
+
+def _f1_interval(flags, labels, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile bootstrap interval of F1 over the pairs."""
+    flags, labels = np.asarray(flags, dtype=bool), np.asarray(labels, dtype=bool)
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        index = rng.integers(0, len(flags), len(flags))
+        f, y = flags[index], labels[index]
+        tp = int((f & y).sum())
+        values.append(2 * tp / (2 * tp + int((f & ~y).sum()) + int((~f & y).sum())) if tp else 0.0)
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     claims = []
     labels = [p.contradictory for p in load_pairs()]
@@ -281,37 +367,32 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     name = max(chatprotect, key=lambda k: detect[k]["pairs"])
     chosen = detect[name]
     others = "; ".join(f"{k}: F1 {v['f1']:.2f} on {v['pairs']}" for k, v in detect.items() if k != name)
+    low, high = _f1_interval(chosen["flags"], chosen["labels"])
     claims.append(Claim(
         CLAIM_DETECT, paper="ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from "
                             "the authors' released outputs)",
         measured=f"{llm_name}, {name}: P {chosen['precision']:.2f}, R {chosen['recall']:.2f} (F1 {chosen['f1']:.2f}) "
                  f"over {chosen['pairs']} independent labelled pairs at threshold {cfg.threshold:g} (flagging every "
-                 f"pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); {others}",
-        evidence=_detection_evidence(chosen["flags"], chosen["labels"])))
+                 f"pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); F1 95% bootstrap interval "
+                 f"[{low:.2f}, {high:.2f}]; {others}",
+        evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"]), *_versus_baselines(chosen, detect))))
     places = "prompts (fictional places)"
     per_prompt = sim["per_prompt"]
-    gap = [r - sim["configured_rate"] for r in per_prompt["flagged_rate"]]
     claims.append(Claim(
-        CLAIM_RATE, paper="17.7% of ChatGPT's sentences are self-contradictory (measured by the pipeline)",
-        measured=f"SIMULATED generator: flagged {sim['measured_rate']:.3f} of {sim['sentences']} sentences vs "
-                 f"configured {sim['configured_rate']:.3f} (ground truth {sim['true_rate']:.3f}; analyser error "
-                 f"{cfg.analyzer_error:.0%}); replicates: the flagged rate of each of {len(gap)} places",
-        evidence=all_of(against(gap, RATE_TOLERANCE, better="lower", unit=places,
-                                label="flagged rate - configured rate"),
-                        against(gap, -RATE_TOLERANCE, better="higher", unit=places,
-                                label="flagged rate - configured rate"))))
-    claims.append(Claim(
-        CLAIM_MITIGATE, paper="ChatGPT: 89.5% of self-contradictions removed, informativeness kept at 100.8% "
-                              "(Table 3; 3 revising passes and a removing one)",
-        measured=f"SIMULATED: removed {sim['removed']:.1%} of all contradictory sentences (counting those the analyser "
-                 f"missed; {sim['removed_flagged']:.1%} of the flagged ones), kept {sim['kept']:.1%} of the known "
-                 f"facts ({sim['kept_flagged']:.1%} of those falsely flagged), {sim['mean_rounds']:.2f} passes on "
-                 f"average (at most {sim['max_rounds']} of {cfg.max_rounds}); replicates: places "
-                 f"({len(per_prompt['removed'])} with a contradiction, {len(per_prompt['kept'])} with a known fact)",
-        evidence=all_of(against(per_prompt["removed"] or [0.0], REMOVED_BAR, unit=places,
-                                label="share of contradictions removed"),
-                        against(per_prompt["kept"] or [0.0], KEPT_BAR, unit=places,
-                                label="share of known facts kept"))))
+        CLAIM_MITIGATE, paper="ChatGPT: 89.5% of self-contradictions removed, informativeness (consistent facts "
+                              "kept / before) 100.8% (Table 3; 3 revising passes and a removing one)",
+        measured=f"SIMULATED: informativeness {sim['informativeness']:.1%} vs {sim['baseline_informativeness']:.1%} "
+                 f"when every flagged sentence is deleted; contradictions removed {sim['removed']:.1%} vs "
+                 f"{sim['baseline_removed']:.1%}; {sim['mean_rounds']:.2f} passes on average (at most "
+                 f"{cfg.max_rounds}); facts consistent in the first pass kept: {sim['consistent_kept']:.1%} vs "
+                 f"{sim['baseline_consistent_kept']:.1%}; replicates: places, paired ({len(per_prompt['kept'])} with "
+                 f"a known fact, {len(per_prompt['removed'])} with a contradiction)",
+        evidence=all_of(
+            compare(per_prompt["kept"], per_prompt["baseline_kept"],
+                    margin=INFORMATIVENESS_MARGIN, unit=places,
+                    label="informativeness: ChatProtect - delete flagged sentences"),
+            compare(per_prompt["removed"], per_prompt["baseline_removed"], margin=-REMOVAL_SLACK, unit=places,
+                    label="contradictions removed: ChatProtect - delete flagged sentences"))))
     return claims
 
 

@@ -118,8 +118,9 @@ def prompt_text(prompt) -> str:
 
 
 def _field(prompt: str, name: str) -> str | None:
-    match = re.search(rf"^{name}: (.*)$", prompt, re.MULTILINE)
-    return match.group(1).strip() if match else None
+    """The last ``name: value`` line: the question comes after any worked examples."""
+    matches = re.findall(rf"^{name}: (.*)$", prompt, re.MULTILINE)
+    return matches[-1].strip() if matches else None
 
 
 class SimulatedGenerator(_Simulated):
