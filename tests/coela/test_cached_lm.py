@@ -79,3 +79,20 @@ def test_tokens_the_grammar_forces_take_no_forward_pass(embedded):
     assert choice == want
     # the prompt, then at most one pass per token the grammar leaves open (here: the letter); not one per token
     assert len(passes) <= 2 < len(embedded.tokenize(choice.option))
+
+
+@pytest.mark.parametrize("response_format", [
+    {"type": "regex", "pattern": "Answer: (yes|no) because [a-z ]{1,40}"},
+    {"type": "json_schema", "json_schema": {"name": "plan", "schema": {
+        "type": "object", "properties": {"room": {"enum": ["kitchen", "office"]}, "why": {"type": "string"}},
+        "required": ["room", "why"], "additionalProperties": False}}},
+], ids=["regex", "json"])
+def test_free_choices_after_forced_tokens_equal_the_wrapped_model(embedded, response_format):
+    # forced tokens are fed to the model with the next pass: a later free token must see them
+    if not embedded.capabilities.grammar:
+        pytest.skip("llguidance is not installed")
+    cached = PrefixCachedLM(embedded)
+    prompt = [{"role": "user", "content": "Is the kitchen the goal room? Say which room to visit and why."}]
+    want = embedded.generate(prompt, max_tokens=24, response_format=response_format)[0]
+    got = cached.generate(prompt, max_tokens=24, response_format=response_format)[0]
+    assert (got.text, got.finish_reason) == (want.text, want.finish_reason)

@@ -229,6 +229,31 @@ def test_the_message_is_written_before_planning_and_offered_in_the_menu():
     assert agents[0].memory.actions[0] == "send a message"
 
 
+def test_no_message_is_written_right_after_one_and_an_empty_one_is_not_offered():
+    def reply(prompt, i):
+        text = prompt[-1]["content"]
+        if text.endswith("Message:"):
+            return "   " if reply.empty else '"On my way to the office."'
+        return "A"                                      # the message option when offered, else the first plan
+
+    reply.empty = False
+    llm = get_model("scripted", outputs=reply)
+    env = TransportEnv(n_agents=2, n_rooms=4, n_objects=2, n_containers=0, max_steps=4)
+    agent = CoELAAgent(llm, communicate=True, cot=False, name="alice", seed=0, message_tokens=128)
+    partner = CoELAAgent(planner=HeuristicPlanner(), communicate=False, name="bob")
+    run_episode(env, [agent, partner], seed=0)
+    kinds = ["message" if c["prompt"][0]["content"].endswith("Message:") else "plan" for c in llm.calls]
+    # step 0: message written, then offered and sent; step 1: the last plan was a message, so no message call
+    assert kinds[:3] == ["message", "plan", "plan"]
+    assert ". send a message" not in _plan_prompts(llm)[1]
+    reply.empty = True
+    llm = get_model("scripted", outputs=reply)
+    agent = CoELAAgent(llm, communicate=True, cot=False, name="alice", seed=0)
+    run_episode(TransportEnv(n_agents=2, n_rooms=4, n_objects=2, n_containers=0, max_steps=2),
+                [agent, CoELAAgent(planner=HeuristicPlanner(), communicate=False, name="bob")], seed=0)
+    assert all(". send a message" not in prompt for prompt in _plan_prompts(llm))  # nothing to send, no option
+
+
 def test_the_planning_prompt_holds_the_dialogue_and_the_last_actions():
     llm = get_model("scripted", outputs=lambda prompt, i: "whatever")   # parsed at random: any plan
     env = TransportEnv(n_agents=2, n_rooms=5, n_objects=3, n_containers=0, max_steps=30)

@@ -13,6 +13,7 @@ from iclr24.l2mac import BOOKSHOP, L2MAC, SimulatedCoder, SingleContext, detect_
 from iclr24.l2mac.evaluate import features_percent
 from iclr24.l2mac.simulated import render_module, render_tests
 from iclr24.l2mac.tools import tool_call_text
+from iclr24.llm import get_model
 from iclr24.llm.scripted import ScriptedModel
 
 BUGGY = "def f(x):\n    return x + 1\n"
@@ -113,8 +114,16 @@ def test_a_reply_cut_at_the_context_limit_is_not_repaired_into_a_write():
     llm = ScriptedModel(lambda messages, i: tool_call_text("write_plan", steps=["a"]) if i == 0 else cut)
     codebase = L2MAC(llm, context_tokens=2600, reply_tokens=2000, max_calls_per_step=2,
                      max_retries_per_step=0).run("Write a.py.")
-    assert codebase.steps[0].cut_replies >= 1 and "a.py" not in codebase.files
-    assert codebase.steps[0].parse_failures == 0          # unfinished, not malformed: counted apart
+    assert codebase.steps[0].parse_failures >= 1 and "a.py" not in codebase.files   # free: may be anything
+    assert codebase.steps[0].cut_replies == 0
+    # under a grammar the cut reply is a valid prefix: unfinished, not malformed, and counted apart
+    bare = {"tool": "write_files", "arguments": {"files": [{"path": "a.py", "contents": "x = 1\n" * 400}]}}
+    llm = get_model("scripted", outputs=lambda messages, i: json.dumps({"tool": "write_plan", "arguments": {
+        "steps": ["a"]}}) if i == 0 else json.dumps(bare), grammar=True)
+    codebase = L2MAC(llm, context_tokens=2600, reply_tokens=2000, max_calls_per_step=2,
+                     max_retries_per_step=0).run("Write a.py.")
+    assert codebase.steps[0].cut_replies >= 1 and codebase.steps[0].parse_failures == 0
+    assert "a.py" not in codebase.files
 
 
 @pytest.mark.parametrize("kwargs, match", [({"context_tokens": 100}, "context_tokens must be >= 256"),

@@ -379,7 +379,7 @@ class CoELAAgent:
         reply = self._generate([{"role": "user", "content": prompt}], self.message_tokens)
         quoted = re.search(r'"([^"]+)"', reply)
         text = quoted.group(1) if quoted else reply.strip().split("\n")[0]
-        return text.strip().strip('"').strip()
+        return " ".join(text.strip('"').split())      # one line: it becomes a menu line
 
     def _score_letters(self, prompt: str, n: int) -> int:
         from iclr24.llm import reply_logprobs

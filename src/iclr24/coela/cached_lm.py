@@ -70,6 +70,7 @@ class PrefixCachedLM:
             else "past_key_values"
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos if eos is not None else self.tokenizer.eos_token_id])
+        self._eos.add(self.tokenizer.eos_token_id)     # the token a grammar ends with
         self._caches: OrderedDict[tuple[int, ...], object] = OrderedDict()   # prompt ids -> its cache, newest last
 
     @classmethod
@@ -187,6 +188,8 @@ class PrefixCachedLM:
         unfed: list[int] = []                      # tokens chosen but not yet run through the model
         while True:
             allowed = torch.isfinite(constraint(torch.tensor([ids + new]), torch.zeros(1, logits.shape[-1]))[0])
+            if not allowed.any():
+                raise RuntimeError(f"the grammar allows no token after {self.tokenizer.decode(new)!r}")
             if int(allowed.sum()) == 1:            # forced: e.g. the rest of a menu line once its letter is out
                 token = int(allowed.nonzero()[0, 0])
             else:

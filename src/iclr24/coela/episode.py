@@ -30,7 +30,8 @@ class Episode:
 
 
 def parse_failure_rate(counts: Counter) -> float:
-    """``random`` over the plans read from free text (``scored`` plans need no parsing)."""
+    """``random`` over the plans the model gave (``scored`` plans are not replies and are left out; a
+    ``constrained`` reply is always a menu line, so it counts and never fails)."""
     parsed = sum(v for k, v in counts.items() if k != "scored")
     return counts["random"] / parsed if parsed else 0.0
 

@@ -337,7 +337,8 @@ def _claims(simulated: dict, cfg: Config, real_rows: list[dict], humaneval_rows:
             return sum(r.get(key, 0) for r in rows) / max(1, sum(r["model calls"] for r in rows))
 
         free = [r for r in real_rows if r["tool calls"] == "free"]
-        beside = f" (free tool calls: {per_call(free):.2f} a call)" if free and free is not judged else ""
+        beside = f" (free tool calls: {per_call(free):.2f} a call)" if free and judged[0]["tool calls"] != "free" \
+            else ""
         real_measured = (f"{judged[0]['tool calls']} tool calls: {sum(completed):.0f} of {len(judged)} one-file tasks "
                          f"completed their step; hidden tests passed per task {per_seed(passed, '.0%')}; "
                          f"{per_call(judged):.2f} parse failures a call{beside}, {per_call(judged, 'cut replies'):.2f} "

@@ -146,7 +146,7 @@ class _Agent:
         else:
             # a backend that constrains its output writes only well-formed calls to the offered tools
             constrained = {"response_format": tool_call_format((force,) if force else tools)} \
-                if tools and self.constrain and self.llm.capabilities.grammar else {}
+                if tools and self._constrained() else {}
             completion = self.llm.generate(list(messages), max_tokens=room, temperature=temperature,
                                            seed=len(codebase.trace), **constrained)[0]
         codebase.trace[-1]["reply_tokens"] = getattr(completion, "completion_tokens", None)
@@ -160,8 +160,9 @@ class _Agent:
             if call.repaired and completion.finish_reason == "length":
                 raise ToolCallError("the reply was cut at the end of the context window; write less per call")
         except ToolCallError as error:
-            # a reply cut at its token limit is unfinished, not malformed: under a grammar it is a valid prefix
-            if completion.finish_reason == "length":
+            # under a grammar a reply cut at its token limit is a valid prefix: unfinished, not malformed (a free
+            # reply cut there may be anything, and counts as a parse failure)
+            if completion.finish_reason == "length" and self._constrained():
                 log.cut_replies += 1
             else:
                 log.parse_failures += 1
@@ -169,6 +170,11 @@ class _Agent:
             return None
         log.tool_calls[call.name] = log.tool_calls.get(call.name, 0) + 1
         return call
+
+    def _constrained(self) -> bool:
+        """Whether tool-call replies are forced into their schemas (a grammar, not native tool calls)."""
+        return self.constrain and self.llm.capabilities.grammar and \
+            getattr(self.llm, "generate_with_tools", None) is None
 
     def _check_step(self, toolbox: Toolbox, log: StepLog, messages: list[dict],
                     enabled: bool = True) -> CheckResult:

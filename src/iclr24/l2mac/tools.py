@@ -160,8 +160,10 @@ def _check_value(where: str, value, spec: dict) -> None:
     expected = {"string": str, "array": list, "object": dict}[kind]
     if not isinstance(value, expected):
         raise ToolCallError(f"{where} must be a JSON {kind}, got {type(value).__name__}")
-    if len(value) < spec.get("minLength", spec.get("minItems", 0)):
-        raise ToolCallError(f"{where} must not be empty")
+    least = spec.get("minLength", spec.get("minItems", 0))
+    if len(value) < least:
+        unit = "character" if kind == "string" else "item"
+        raise ToolCallError(f"{where} must have at least {least} {unit}{'s' * (least != 1)}, got {len(value)}")
     if kind == "array":
         for i, item in enumerate(value):
             _check_value(f"{where}[{i}]", item, spec["items"])
