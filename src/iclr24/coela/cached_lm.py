@@ -156,9 +156,9 @@ class PrefixCachedLM:
         self._caches[tuple(ids)] = copy.deepcopy(cache)
         while len(self._caches) > self.keep:
             self._caches.popitem(last=False)
-        new: list[int] = []
         if constraint is not None:
             return self._constrained(ids, max_tokens, constraint, cache, logits[-1], start)
+        new: list[int] = []
         token = int(logits[-1].argmax())
         while True:
             new.append(token)
@@ -187,7 +187,7 @@ class PrefixCachedLM:
         new: list[int] = []
         unfed: list[int] = []                      # tokens chosen but not yet run through the model
         while True:
-            allowed = torch.isfinite(constraint(torch.tensor([ids + new]), torch.zeros(1, logits.shape[-1]))[0])
+            allowed = constraint.allowed(torch.tensor([ids + new]), logits.shape[-1])
             if not allowed.any():
                 raise RuntimeError(f"the grammar allows no token after {self.tokenizer.decode(new)!r}")
             if int(allowed.sum()) == 1:            # forced: e.g. the rest of a menu line once its letter is out
@@ -196,7 +196,7 @@ class PrefixCachedLM:
                 if unfed:
                     logits = self._forward(unfed, cache)[-1]
                     unfed = []
-                token = int(logits.masked_fill(~allowed[: logits.shape[-1]], float("-inf")).argmax())
+                token = int(logits.masked_fill(~allowed, float("-inf")).argmax())
             new.append(token)
             unfed.append(token)
             if token in self._eos or len(new) >= max_tokens:

@@ -135,6 +135,12 @@ class GrammarConstraint:
                              f"{self.matcher.get_error()}")
         self.consumed = prompt_length
 
+    def allowed(self, input_ids, width: int):
+        """The tokens the grammar allows after ``input_ids``, as a bool mask over ``width`` logits."""
+        import torch
+
+        return torch.isfinite(self(input_ids, torch.zeros(1, width)))[0]
+
     def __call__(self, input_ids, scores):
         import llguidance.torch
 
