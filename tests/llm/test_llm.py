@@ -239,6 +239,12 @@ def test_embedded_batch_matches_one_prompt_at_a_time(embedded):
     assert any(len(key) >= 16 for key in embedded._prefix_caches)  # the shared examples were encoded once
     again = embedded.generate_batch(prompts[:1], max_tokens=10, stop=["\n"])  # one prompt reuses that cache
     assert again[0].text == single[0].text
+    # copies of one prompt (sampled votes) extend the kept examples' cache to the whole prompt but its last token
+    vote = shots + "Q: Ann has 3 apples, buys 4 more, then eats one, and gives two to her brother. 6 plus 6?\nA:"
+    row = embedded._ids(vote)[0].tolist()
+    alone, = embedded.generate(vote, max_tokens=10, stop=["\n"])
+    copies = embedded.generate_batch([vote] * 2, max_tokens=10, stop=["\n"])
+    assert tuple(row[:-1]) in embedded._prefix_caches and [c.text for c in copies] == [alone.text] * 2
     sampled = [embedded.generate_batch(prompts, max_tokens=6, temperature=1.0, seed=3) for _ in range(2)]
     assert [c.text for c in sampled[0]] == [c.text for c in sampled[1]]
     with pytest.raises(ValueError, match="batch_size"):

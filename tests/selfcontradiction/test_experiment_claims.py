@@ -74,3 +74,20 @@ def test_detection_is_also_compared_with_always_yes_and_selfcheck_on_the_same_pa
     assert "F1 95% bootstrap interval [0." in detection.measured
     detect["ChatProtect (single-pass P(Yes))"]["flags"] = [True] * 100       # no skill: ties always-Yes
     assert _claims(cfg, sim, detect, "m")[0].evidence.verdict != "holds"
+
+
+def test_the_papers_detector_is_judged_once_it_has_scored_30_pairs():
+    labels = [True, False] * 55
+    row = {"precision": 0.5, "recall": 1.0, "f1": 0.67}
+    votes = {**row, "pairs": 30, "flags": [True] * 30, "labels": labels[:30]}
+    single = {**row, "pairs": 110, "flags": labels, "labels": labels}       # a perfect single-pass detector
+    cfg = get_experiment("selfcontradiction").config("smoke", [])
+    sim = _simulate(cfg, seed=0)
+    detect = {"ChatProtect (explanation + votes)": votes, "ChatProtect (single-pass P(Yes))": single}
+    judged = _claims(cfg, sim, detect, "m")[0]
+    assert "explanation + votes): P" in judged.measured and judged.evidence.verdict == "fails"   # flags every pair
+    assert judged.evidence.parts[0].parts[0].n == 15                          # recall over its 15 contradictions
+    detect["ChatProtect (explanation + votes)"] = {**votes, "pairs": 29, "flags": votes["flags"][:29],
+                                                   "labels": labels[:29]}
+    fallback = _claims(cfg, sim, detect, "m")[0]      # below 30 pairs: the variant scored on the most pairs
+    assert "single-pass P(Yes)): P" in fallback.measured and fallback.evidence.verdict == "holds"

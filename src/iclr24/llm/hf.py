@@ -227,21 +227,28 @@ class HFModel:
         return out
 
     def _prefix_cache(self, rows: list[list[int]]) -> tuple[int, object]:
-        """The longest cached prefix every row starts with (at least one own token left per row), or a new one
-        for the rows' common prefix when the batch has several rows; ``(0, empty cache)`` otherwise."""
+        """A key-value cache of the longest prefix every row starts with (at least one own token left per row),
+        repeated for the batch, and its length; ``(0, empty cache)`` when there is none to reuse.
+
+        A batch of several rows has its common prefix encoded once and kept (the last 4, for later batches that
+        start with it). A kept prefix is extended rather than re-encoded: votes sampled from one prompt share
+        the whole prompt but the last token, while an earlier batch may have kept only its chat-template head.
+        """
         from transformers import DynamicCache
 
         shortest = min(len(r) for r in rows)
         best = max((key for key in self._prefix_caches
                     if len(key) < shortest and all(tuple(r[:len(key)]) == key for r in rows)), key=len, default=None)
-        if best is None and len(rows) > 1:
-            common = 0
+        kept = len(best) if best is not None else 0
+        if len(rows) > 1:
+            common = kept
             while common < shortest - 1 and all(r[common] == rows[0][common] for r in rows):
                 common += 1
-            if common >= 16:
+            if common - kept >= 16:         # worth a cache of its own
+                cache = copy.deepcopy(self._prefix_caches[best]) if best is not None else DynamicCache()
+                self.model(input_ids=torch.tensor([rows[0][kept:common]]), use_cache=True,
+                           position_ids=torch.arange(kept, common)[None], **{self._cache_kwarg: cache})
                 best = tuple(rows[0][:common])
-                cache = DynamicCache()
-                self.model(input_ids=torch.tensor([best]), use_cache=True, **{self._cache_kwarg: cache})
                 self._prefix_caches[best] = cache
                 while len(self._prefix_caches) > 4:
                     self._prefix_caches.popitem(last=False)

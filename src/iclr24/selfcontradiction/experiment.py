@@ -2,10 +2,11 @@
 and the trigger / detect / mitigate arithmetic with SIMULATED models over fictional entities.
 
 Detection: the bundled labelled pairs, scored by ChatProtect's detector (explanation, then sampled Yes/No
-votes) on the first ``vote_pairs`` pairs, by its single-pass P(Yes) variant and by the SelfCheckGPT-style
-baseline (prompt and unigram variants) on all of them. Pipeline: a simulated generator describes fictional
-places (known facts stated the same way each time, unknown ones sampled) and a simulated analyser with a set
-error rate judges the pairs; ChatProtect triggers, detects and mitigates, and the ground truth scores it.
+votes) on the first ``vote_pairs`` pairs (30 in quick: the detector judged), by its single-pass P(Yes) variant
+and by the SelfCheckGPT-style baseline (prompt and unigram variants) on all of them. Pipeline: a simulated
+generator describes fictional places (known facts stated the same way each time, unknown ones sampled) and a
+simulated analyser with a set error rate judges the pairs; ChatProtect triggers, detects and mitigates, and
+the ground truth scores it.
 
 Replicates are independent prompts: for detection, the labelled pairs (precision and recall as rates over
 them, and per-pair correctness against always-Yes and the SelfCheck prompt on the same pairs); for the
@@ -57,6 +58,7 @@ PROMPTS = ("Please tell me about the Eiffel Tower.", "Please tell me about the r
 # Thresholds, fixed before any run:
 DETECT_BAR = 0.75  # precision and recall each above 0.75 (the pre-migration F1 >= 0.75; paper: P 84.2, R 83.2)
 BASELINE_MARGIN = 0.0  # and more pairs judged right than flagging every pair, and than the SelfCheck prompt
+VOTES_JUDGED_AT = 30  # the paper's detector (explanation + votes) is the one judged once it has scored 30 pairs
 # Mitigation (the claim), paired over places against deleting every sentence flagged in the first pass:
 # Informativeness: the known facts (the simulated generator's valid information) still stated truly after
 # mitigation / before it; a fact consistent in the first pass only by chance is a hallucination, not information.
@@ -80,7 +82,7 @@ class Config:
     max_rounds: int = 4           # the authors': three revising passes and a removing one
     # the configured model (--llm)
     llm_pairs: int = 110          # pairs scored by the single-pass detectors
-    vote_pairs: int = 10          # pairs scored by the explanation + votes detector (~7 s a pair, embedded)
+    vote_pairs: int = 30          # pairs scored by the explanation + votes detector (~3 s a pair, embedded)
     llm_votes: int = 5
     explanation_tokens: int = 80
     plumbing_prompts: int = 1     # real-model protect() runs, end to end
@@ -101,9 +103,8 @@ class Config:
 
 PRESETS = {
     "smoke": Config(entities=5, llm_pairs=4, vote_pairs=0, plumbing_prompts=0),
-    # 4 vote pairs and a 30-token plumbing text keep quick near 130 s of CPU; every verdict is the one at 10 and 60
-    # (docs/selfcontradiction.md, "Profile and run time"): the detection claim is judged on the single-pass detector
-    "quick": Config(vote_pairs=4, plumbing_tokens=30),
+    # a 30-token plumbing text keeps quick within budget; its verdicts are those at 60 (docs, "Profile and run time")
+    "quick": Config(plumbing_tokens=30),
     "paper": Config(entities=300, vote_pairs=110, llm_votes=10, explanation_tokens=160, plumbing_prompts=2,
                     plumbing_tokens=200),
 }
@@ -363,8 +364,11 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     claims = []
     labels = [p.contradictory for p in load_pairs()]
     chatprotect = [k for k in ("ChatProtect (explanation + votes)", "ChatProtect (single-pass P(Yes))") if k in detect]
-    # the ChatProtect variant scored on the most pairs; on a tie the paper's (explanation + votes)
-    name = max(chatprotect, key=lambda k: detect[k]["pairs"])
+    # the paper's detector (explanation + votes) once it has scored VOTES_JUDGED_AT pairs; below that (smoke, or a
+    # short --set vote_pairs) the ChatProtect variant scored on the most pairs, on a tie the paper's
+    votes = detect.get("ChatProtect (explanation + votes)")
+    name = "ChatProtect (explanation + votes)" if votes is not None and votes["pairs"] >= VOTES_JUDGED_AT else \
+        max(chatprotect, key=lambda k: detect[k]["pairs"])
     chosen = detect[name]
     others = "; ".join(f"{k}: F1 {v['f1']:.2f} on {v['pairs']}" for k, v in detect.items() if k != name)
     low, high = _f1_interval(chosen["flags"], chosen["labels"])
