@@ -94,7 +94,7 @@ class Config:
     spec_k: int = 4
     spec_temperature: float = 1.0
     spec_tokens: int = 32  # tokens per prompt in the speed measurement
-    spec_prompts: int = 8
+    spec_prompts: int = 30  # the speculative claim's replicates (issue #49: >= 30 where a claim is about a population)
     check_embedded: bool = True  # EFT beside proxy-tuning, and the identities, on SmolLM2 (extra `llm`)
 
     def __post_init__(self) -> None:

@@ -64,7 +64,7 @@ MARGIN_SHAPING = 0.0  # "adds": any question covered that sampling alone missed 
 @dataclass(frozen=True)
 class Config:
     allow_zero: ClassVar[tuple[str, ...]] = ("n_two_step", "champ", "shaping_questions")  # 0: that part is skipped
-    n_one_step: int = 24  # the claims' problems (their replicates): one operation on 4-digit numbers
+    n_one_step: int = 32  # the claims' problems (their replicates; >= 30, issue #49): one operation on 4-digit numbers
     n_two_step: int = 8  # reported beside them, no claim
     digits: int = 4
     max_tokens: int = 160  # per round; solutions of these problems take 40-100 tokens
