@@ -136,27 +136,31 @@ class GrammarConstraint:
         self.consumed = prompt_length
 
     def allowed(self, input_ids, width: int):
-        """The tokens the grammar allows after ``input_ids``, as a bool mask over ``width`` logits."""
-        import torch
+        """The tokens the grammar allows after ``input_ids``, as a bool mask over ``width`` logits.
 
-        return torch.isfinite(self(input_ids, torch.zeros(1, width)))[0]
-
-    def __call__(self, input_ids, scores):
+        Read straight from llguidance's bitmask (bit ``i`` of word ``w``: token ``32 w + i``); its own
+        ``apply_token_bitmask_inplace`` goes through a ``torch.compile``-d kernel, seconds to compile once on a CPU."""
         import llguidance.torch
+        import torch
 
         if input_ids.shape[0] != 1:
             raise ValueError("GrammarConstraint follows one sequence at a time")
+        vocab = self.ll_tokenizer.vocab_size
+        if width < vocab:  # padding rows of an embedding (width > vocab) are never tokens
+            raise ValueError(f"{width} logits for a tokenizer of {vocab} tokens")
         for token in input_ids[0, self.consumed:].tolist():
             if not self.matcher.consume_token(token):
                 raise RuntimeError(f"the grammar refused token {token}: {self.matcher.get_error()}")
         self.consumed = input_ids.shape[1]
-        mask = llguidance.torch.allocate_token_bitmask(1, self.ll_tokenizer.vocab_size)
-        llguidance.torch.fill_next_token_bitmask(self.matcher, mask, 0)
-        scores = scores.clone()
-        if scores.shape[-1] < self.ll_tokenizer.vocab_size:  # padding rows of an embedding are never tokens
-            raise ValueError(f"{scores.shape[-1]} logits for a tokenizer of {self.ll_tokenizer.vocab_size} tokens")
-        llguidance.torch.apply_token_bitmask_inplace(scores, mask)
-        return scores
+        words = llguidance.torch.allocate_token_bitmask(1, vocab)
+        llguidance.torch.fill_next_token_bitmask(self.matcher, words, 0)
+        bits = ((words[0, :, None] >> torch.arange(32, dtype=torch.int32)) & 1).flatten().bool()
+        mask = torch.zeros(width, dtype=torch.bool)
+        mask[:vocab] = bits[:vocab]
+        return mask
+
+    def __call__(self, input_ids, scores):
+        return scores.masked_fill(~self.allowed(input_ids, scores.shape[-1]), float("-inf"))
 
 
 @dataclass(frozen=True)
