@@ -2,7 +2,20 @@ import pytest
 import torch
 
 from iclr24.aid import LinearTransformerLM, SARNetwork
-from iclr24.aid.experiment import CLAIM_BOUND, CLAIM_FIT, CLAIM_UNSEEN, LABELS, Config, _claims, _lm_claim, _paired
+from iclr24.aid.experiment import (
+    CLAIM_BOUND,
+    CLAIM_FIT,
+    CLAIM_UNSEEN,
+    LABELS,
+    PRESETS,
+    VARIANTS,
+    Config,
+    _claims,
+    _lm_claim,
+    _paired,
+    train_variant,
+    train_variants,
+)
 from iclr24.core.experiment import get_experiment
 from iclr24.core.runner import run
 
@@ -65,6 +78,19 @@ def test_the_variants_start_from_the_same_shared_weights():
         plain, aid = _paired(3, "mlp", build).state_dict(), _paired(3, "aid", build).state_dict()
         assert set(plain) < set(aid)
         assert all(torch.equal(plain[k], aid[k]) for k in plain)
+
+
+def test_the_variants_trained_together_equal_the_variants_one_by_one():
+    cfg = PRESETS["smoke"]
+    together = train_variants(0.5, cfg, [0, 1, 2])
+    alone = [train_variant(v, 0.5, cfg, seed) for seed in (0, 1, 2) for v in VARIANTS]
+    for (model, history, held), (twin, history_twin, held_twin) in zip(alone, together):
+        assert model.fwm.decomposition == twin.fwm.decomposition
+        assert torch.equal(held["unseen"].roles, held_twin["unseen"].roles)
+        assert history_twin.accuracy == history.accuracy
+        assert history_twin.train_loss == pytest.approx(history.train_loss, rel=1e-6, abs=0)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
 
 
 def test_config_errors():

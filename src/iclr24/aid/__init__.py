@@ -24,7 +24,14 @@ from iclr24.aid.tpr import (
     tpr_read,
     tpr_write,
 )
-from iclr24.aid.training import SARHistory, binding_selectivity, recall_accuracy, retrieval_selectivity, train_sar
+from iclr24.aid.training import (
+    SARHistory,
+    binding_selectivity,
+    recall_accuracy,
+    retrieval_selectivity,
+    train_sar,
+    train_sar_together,
+)
 
 __all__ = [
     "AID",
@@ -52,4 +59,5 @@ __all__ = [
     "tpr_write",
     "train_recall_lm",
     "train_sar",
+    "train_sar_together",
 ]

@@ -36,7 +36,12 @@ import torch  # noqa: E402
 
 from iclr24.aid.lm import LinearTransformerLM, recall_corpus, recall_perplexity, train_recall_lm  # noqa: E402
 from iclr24.aid.sar import SARNetwork, sar_task  # noqa: E402
-from iclr24.aid.training import recall_accuracy, retrieval_selectivity, train_sar  # noqa: E402
+from iclr24.aid.training import (  # noqa: E402
+    recall_accuracy,
+    retrieval_selectivity,
+    train_sar,
+    train_sar_together,
+)
 from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, compare  # noqa: E402
 
@@ -132,20 +137,51 @@ def _paired(seed: int, decomposition: str, build):
     return model
 
 
-def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int):
-    """Train one variant on one seed; returns (model, history, held-out batches)."""
+def _sar_setup(ratio: float, cfg: Config, seed: int):
+    """One seed's task and held-out batches (the same for both variants)."""
     task = sar_task(cfg.n_words, cfg.n_pairs, ratio, seed=seed)
     held_out = torch.Generator().manual_seed(10_000 + seed)  # the same held-out sequences for both variants
     evaluate_on = {"seen": task.sample(cfg.eval_sequences, held_out, "train"),
                    "unseen": task.sample(cfg.eval_sequences, held_out, "unseen")}
-    model = _paired(seed, decomposition, lambda d: SARNetwork(
+    return task, evaluate_on
+
+
+def _sar_model(decomposition: str, task, cfg: Config, seed: int) -> SARNetwork:
+    return _paired(seed, decomposition, lambda d: SARNetwork(
         task.vocab_size, cfg.embedding_dim, decomposition=d, input_proj_dim=cfg.input_proj_dim, hidden=cfg.hidden,
         component_dim=cfg.component_dim, iterations=cfg.iterations, mlp_hidden=cfg.mlp_hidden))
+
+
+def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int):
+    """Train one variant on one seed; returns (model, history, held-out batches)."""
+    task, evaluate_on = _sar_setup(ratio, cfg, seed)
+    model = _sar_model(decomposition, task, cfg, seed)
     history = train_sar(model, task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, clip=cfg.clip,
                         eval_every=cfg.eval_every, evaluate_on=evaluate_on,
                         generator=torch.Generator().manual_seed(seed),
                         description=f"{LABELS[decomposition]}, p={ratio:g}, seed {seed}")
     return model, history, evaluate_on
+
+
+def train_variants(ratio: float, cfg: Config, seeds: list[int]):
+    """``[train_variant(v, ratio, cfg, seed) for seed in seeds for v in VARIANTS]``, trained in lockstep by
+    :func:`train_sar_together` (the same numbers; each model's dropout stream starts where building it left the
+    global random state, as it does one by one)."""
+    models, tasks, generators, held, states = [], [], [], [], []
+    for seed in seeds:
+        task, evaluate_on = _sar_setup(ratio, cfg, seed)
+        generator = torch.Generator().manual_seed(seed)  # one object: both variants train on the same batches
+        for v in VARIANTS:
+            models.append(_sar_model(v, task, cfg, seed))
+            states.append(torch.get_rng_state())
+            tasks.append(task)
+            generators.append(generator)
+            held.append(evaluate_on)
+    histories = train_sar_together(models, tasks, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, clip=cfg.clip,
+                                   eval_every=cfg.eval_every, evaluate_on=held, generators=generators,
+                                   rng_states=states, description=f"FWM, MLP and AID, p={ratio:g}, "
+                                   f"{len(seeds)} seeds together")
+    return list(zip(models, histories, held))
 
 
 @experiment(
@@ -159,10 +195,12 @@ def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int):
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
     rows, histories, first_aid = [], {}, None
     measured = {(v, r): {"seen": [], "unseen": [], "selectivity": []} for v in VARIANTS for r in cfg.ratios}
+    seeds = list(ctx.replicate_seeds(cfg.seeds))
     for ratio in cfg.ratios:
-        for seed in ctx.replicate_seeds(cfg.seeds):
+        trained = iter(train_variants(ratio, cfg, seeds))
+        for seed in seeds:
             for v in VARIANTS:
-                model, history, held_out = train_variant(v, ratio, cfg, seed)
+                model, history, held_out = next(trained)
                 m = measured[v, ratio]
                 m["seen"].append(recall_accuracy(model, held_out["seen"]))
                 m["unseen"].append(recall_accuracy(model, held_out["unseen"]))

@@ -146,11 +146,14 @@ class SARNetwork(nn.Module):
         self.fwm = FastWeightMemory(2 * embedding_dim + 2, vocab_size, **fwm_kwargs)
 
     def forward(self, batch: SARBatch, return_details: bool = False):
+        return self.fwm(self.embed(batch), return_details=return_details)
+
+    def embed(self, batch: SARBatch) -> torch.Tensor:
+        """The FWM's input (B, T, 2 * embedding_dim + 2): [emb(role); emb(filler); flags]."""
         if not isinstance(batch, SARBatch):
             raise TypeError(f"batch must be a SARBatch (from SARTask.sample), got {type(batch).__name__}")
         vocab = self.embedding.num_embeddings
         if int(batch.roles.max()) >= vocab or int(batch.fillers.max()) >= vocab:
             raise ValueError(f"batch has word ids beyond this network's vocab_size = {vocab}: was it sampled from a "
                              f"task with a larger vocabulary?")
-        x = torch.cat([self.embedding(batch.roles), self.embedding(batch.fillers), batch.flags], dim=-1)
-        return self.fwm(x, return_details=return_details)
+        return torch.cat([self.embedding(batch.roles), self.embedding(batch.fillers), batch.flags], dim=-1)

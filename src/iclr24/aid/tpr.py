@@ -225,11 +225,21 @@ class FastWeightMemory(nn.Module):
         return context.view(B, self.n_inputs, T, self.hidden).permute(0, 2, 1, 3)
 
     def forward(self, x: torch.Tensor, return_details: bool = False):
+        parts = self.decompose(x)
+        recalled = memory_reads(parts["write"], parts["read"], parts["gate"], 1.0 / self.component_dim,
+                                self.read_norm, self.memory_form)  # (B, T, D)
+        logits = self.readout(parts.pop("features"), recalled)
+        return (logits, parts) if return_details else logits
+
+    def decompose(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The first half of :meth:`forward`, up to the memory: the concatenated input features (``features``, (B,
+        T, N * hidden)), the write and read components, the write gate and AID's attention. The memory has no
+        parameters, so the reads of several models can run as one batch
+        (:func:`~iclr24.aid.training.train_sar_together`); :meth:`readout` is the second half."""
         x = check_tensor("x", x, ndim=3, dtypes=(_dtype(self),), shape_doc="(batch, time, input_dim)")
         if x.shape[-1] != self.input_dim or x.shape[1] == 0:
             raise ValueError(f"x must have input_dim = {self.input_dim} features and at least one step, got shape "
                              f"{tuple(x.shape)}")
-        D = self.component_dim
         c = self.features(x)  # (B, T, N, H)
         c_cat = c.flatten(2)  # (B, T, N * H)
         if self.write_decomposition.iterations:  # the two AIDs are tied: one pass over both (the same numbers)
@@ -240,13 +250,13 @@ class FastWeightMemory(nn.Module):
             read, read_attention = self.read_decomposition(c, return_attention=True)  # (B, T, 1 + R, D)
         write, read = torch.tanh(write), torch.tanh(read)
         gate = torch.sigmoid(self.write_gate(c_cat) + 1.0)  # (B, T, 1); +1 opens the gate at the start
+        return {"features": c_cat, "write": write, "read": read, "gate": gate, "write_attention": write_attention,
+                "read_attention": read_attention}
 
-        recalled = memory_reads(write, read, gate, 1.0 / D, self.read_norm, self.memory_form)  # (B, T, D)
-        logits = self.classifier(self.dropout(self.shortcut(c_cat)) + self.memory_out(recalled))
-        if not return_details:
-            return logits
-        return logits, {"write": write, "read": read, "gate": gate, "write_attention": write_attention,
-                        "read_attention": read_attention}
+    def readout(self, features: torch.Tensor, recalled: torch.Tensor) -> torch.Tensor:
+        """The second half of :meth:`forward`: logits from the features of :meth:`decompose` and the memory's
+        reads (B, T, D)."""
+        return self.classifier(self.dropout(self.shortcut(features)) + self.memory_out(recalled))
 
     def extra_repr(self) -> str:
         return f"decomposition={self.decomposition!r}, component_dim={self.component_dim}, n_reads={self.n_reads}"
