@@ -4,7 +4,9 @@ import torch
 
 from iclr24.core import get_experiment, run
 from iclr24.sae import SparseAutoencoder
-from iclr24.sae.experiment import CLAIM_LM_FRONTIER, CLAIM_LM_PATCH
+from iclr24.sae.experiment import CLAIM_INTERP, CLAIM_LM_FRONTIER, CLAIM_LM_INTERP, CLAIM_LM_PATCH
+
+LM_CLAIMS = (CLAIM_LM_FRONTIER, CLAIM_LM_INTERP, CLAIM_LM_PATCH)
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +24,11 @@ def test_lm_none_skips_the_real_lm_and_reports_its_claims_as_not_run(tmp_path):
     assert record.ok, record.result.get("traceback")
     claims = {c["statement"]: c for c in record.result["claims"]}
     assert list(claims) == list(get_experiment("sae").claims)
-    for statement in (CLAIM_LM_FRONTIER, CLAIM_LM_PATCH):
+    for statement in LM_CLAIMS:
         assert claims[statement]["verdict"] == "not run"
         assert claims[statement]["evidence"]["kind"] == "not run"
         assert "lm=none" in claims[statement]["evidence"]["reason"]
-    assert all(c["verdict"] != "not run" for s, c in claims.items() if s not in (CLAIM_LM_FRONTIER, CLAIM_LM_PATCH))
+    assert all(c["verdict"] != "not run" for s, c in claims.items() if s not in LM_CLAIMS)
     assert not any(k.startswith("lm_") for k in record.result["metrics"])
     assert not (record.run_dir / "artifacts").exists()
 
@@ -58,3 +60,14 @@ def test_saelens_loads_the_runs_sae(smoke_run):
         assert theirs.cfg.metadata.model_name == "random-tiny-llama"
         with torch.no_grad():
             torch.testing.assert_close(theirs.encode(x), ours.encode(x), rtol=0, atol=1e-5)
+
+
+def test_the_interpretability_claims_report_random_directions_beside_every_method(smoke_run):
+    claims = {c["statement"]: c for c in smoke_run.result["claims"]}
+    metrics = smoke_run.result["metrics"]
+    for prefix in ("ioi_interp_", "lm_interp_"):
+        assert {k[len(prefix):] for k in metrics if k.startswith(prefix)} == {"SAE", "PCA", "ICA", "neurons", "random"}
+    for statement in (CLAIM_INTERP, CLAIM_LM_INTERP):
+        assert "random" in claims[statement]["measured"]
+        labels = [p["label"] for p in claims[statement]["evidence"]["parts"]]
+        assert labels == [f"token-simulation score, SAE - {b}" for b in ("PCA", "ICA", "neurons", "random")]

@@ -13,6 +13,7 @@ Models, hooks and IOI prompts come from :mod:`iclr24.interp`.
 
 from iclr24.sae.autoencoder import SparseAutoencoder
 from iclr24.sae.patching import KL_DIRECTIONS, feature_patching_curve, interpretability_scores
+from iclr24.sae.token_simulation import TokenExplanations, orient_signed_codes, token_simulation_scores
 from iclr24.sae.training import (
     Decomposition,
     SAETrainingConfig,
@@ -34,6 +35,7 @@ __all__ = [
     "Decomposition",
     "SAETrainingConfig",
     "SparseAutoencoder",
+    "TokenExplanations",
     "baseline_decompositions",
     "dead_latents",
     "feature_patching_curve",
@@ -42,8 +44,10 @@ __all__ = [
     "l0",
     "matched_similarity",
     "mmcs",
+    "orient_signed_codes",
     "sweep_sae",
     "topk_fvu",
+    "token_simulation_scores",
     "toy_superposition",
     "train_sae",
     "train_saes",

@@ -4,8 +4,9 @@
   features; start with every feature patched in from the counterfactual prompt; for rising
   thresholds, un-patch features one at a time (random order) when that raises the KL between
   the patched and the counterfactual output by less than the threshold.
-- :func:`interpretability_scores`: an offline stand-in for automated interpretability, each
-  feature's best AUROC against known input variables.
+- :func:`interpretability_scores`: the old offline score, each feature's best AUROC against
+  known input variables. Random directions pass it (issue #50): no claim uses it; the claims use
+  :func:`iclr24.sae.token_simulation.token_simulation_scores`.
 """
 
 from __future__ import annotations
