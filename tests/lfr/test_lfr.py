@@ -345,7 +345,7 @@ def test_cached_targets_train_exactly_as_the_live_loss():
         assert a == pytest.approx(b, rel=1e-5)
     live = make_lfr(n_projectors=3, n_candidates=6)
     live.select_projectors(X)
-    live._targets, live._targets_of = live._project(X), X
+    live.prepare(X)  # caches the projectors' outputs on X, normalised per head
     rows = live._inputs_and_targets(X)
     torch.testing.assert_close(live._encoder_loss(rows[:16]), live.loss(X[:16]))
 
@@ -426,3 +426,39 @@ def test_the_model_moves_with_to_before_fit():
     model = make_lfr(n_projectors=2, n_candidates=4).double()
     model.fit(torch.randn(20, 5, dtype=torch.float64), epochs=1, batch_size=10)
     assert model.transform(torch.randn(3, 5, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_the_stacked_heads_are_k_linear_layers_drawn_in_order_and_their_loss_is_the_per_head_mean():
+    from iclr24.lfr import LinearHeads, batch_barlow_loss_heads
+
+    torch.manual_seed(0)
+    heads = LinearHeads(3, 10, 6)
+    torch.manual_seed(0)
+    separate = [nn.Linear(10, 6) for _ in range(3)]  # what the K heads were before they were stacked
+    for k, layer in enumerate(separate):
+        assert torch.equal(heads.weight[k], layer.weight) and torch.equal(heads.bias[k], layer.bias)
+        assert torch.equal(heads[k].weight, layer.weight)
+    assert len(heads) == 3
+    h, targets = torch.randn(32, 10, requires_grad=True), torch.randn(32, 18)
+    batched = batch_barlow_loss_heads(heads(h), targets, 3, lam=0.05)
+    loop = torch.stack([batch_barlow_loss(layer(h), z, lam=0.05)
+                        for layer, z in zip(separate, targets.split(6, dim=1))]).mean()
+    torch.testing.assert_close(batched, loop)
+    normalised = F.normalize(targets.view(32, 3, 6), dim=2).view(32, 18)
+    torch.testing.assert_close(batch_barlow_loss_heads(heads(h), normalised, 3, 0.05, normalized_targets=True), loop)
+    (grad_batched,) = torch.autograd.grad(batched, h)
+    (grad_loop,) = torch.autograd.grad(loop, h)
+    torch.testing.assert_close(grad_batched, grad_loop)
+    with pytest.raises(ValueError, match="n_heads"):
+        batch_barlow_loss_heads(torch.randn(4, 10), torch.randn(4, 10), 3)
+
+
+def test_the_phases_use_adams_fused_kernel_on_the_cpu(monkeypatch):
+    import iclr24.lfr.training as training
+
+    made = []
+    real_adam = torch.optim.Adam
+    monkeypatch.setattr(training.torch.optim, "Adam",
+                        lambda params, **kw: (made.append(kw), real_adam(params, **kw))[1])
+    make_lfr(n_projectors=2, diversity=None).fit(torch.randn(20, 5), epochs=1, batch_size=10)
+    assert [kw["fused"] for kw in made] == [True, True]

@@ -14,7 +14,7 @@ https://openreview.net/forum?id=EpYnZpDpsQ
 
 from iclr24.lfr.baselines import SCARF, Autoencoder, RandomInit, SimCLR, image_augment, nt_xent, series_augment
 from iclr24.lfr.diversity import greedy_dpp, max_min_selection, projector_kernel, select_diverse
-from iclr24.lfr.lfr import LFR, batch_barlow_loss
+from iclr24.lfr.lfr import LFR, LinearHeads, batch_barlow_loss, batch_barlow_loss_heads
 from iclr24.lfr.networks import (
     conv1d_encoder,
     conv1d_projector,
@@ -27,7 +27,7 @@ from iclr24.lfr.probe import linear_probe
 from iclr24.lfr.training import Phase, SelfSupervised
 from iclr24.lfr.transformer import LFRTransformer
 
-__all__ = ["LFR", "SCARF", "Autoencoder", "LFRTransformer", "Phase", "RandomInit", "SelfSupervised", "SimCLR",
-           "batch_barlow_loss", "conv1d_encoder", "conv1d_projector", "conv2d_encoder", "conv2d_projector",
-           "greedy_dpp", "image_augment", "linear_probe", "max_min_selection", "mlp_encoder", "mlp_projector",
-           "nt_xent", "projector_kernel", "select_diverse", "series_augment"]
+__all__ = ["LFR", "SCARF", "Autoencoder", "LFRTransformer", "LinearHeads", "Phase", "RandomInit", "SelfSupervised",
+           "SimCLR", "batch_barlow_loss", "batch_barlow_loss_heads", "conv1d_encoder", "conv1d_projector",
+           "conv2d_encoder", "conv2d_projector", "greedy_dpp", "image_augment", "linear_probe", "max_min_selection",
+           "mlp_encoder", "mlp_projector", "nt_xent", "projector_kernel", "select_diverse", "series_augment"]

@@ -40,6 +40,59 @@ def batch_barlow_loss(prediction: torch.Tensor, target: torch.Tensor, lam: float
     return on_diagonal + lam * off_diagonal
 
 
+def batch_barlow_loss_heads(predictions: torch.Tensor, targets: torch.Tensor, n_heads: int, lam: float = 0.01, *,
+                            normalized_targets: bool = False) -> torch.Tensor:
+    """The mean over ``n_heads`` heads of :func:`batch_barlow_loss`, all heads at once.
+
+    ``predictions`` and ``targets`` are ``(batch, n_heads * dim)``: head k's columns side by side, as
+    :class:`LinearHeads` and :meth:`LFR._project` lay them out. The K (batch x batch) matrices come from one
+    batched product instead of K separate ones: the same arithmetic up to float rounding (checked against the
+    per-head loss in the tests). ``normalized_targets`` skips normalising rows that are already unit-norm per head
+    (LFR normalises its cached targets once per fit).
+    """
+    if predictions.shape != targets.shape or predictions.dim() != 2 or predictions.shape[1] % n_heads:
+        raise ValueError(f"predictions and targets must be (batch, n_heads * dim) of one shape, got "
+                         f"{tuple(predictions.shape)} and {tuple(targets.shape)} for {n_heads} heads")
+    batch = len(predictions)
+    p = F.normalize(predictions.view(batch, n_heads, -1), dim=2).transpose(0, 1)  # (K, batch, dim)
+    t = targets.view(batch, n_heads, -1)
+    t = (t if normalized_targets else F.normalize(t, dim=2)).permute(1, 2, 0)  # (K, dim, batch)
+    C = torch.bmm(p, t)  # (K, batch, batch)
+    diagonal = torch.diagonal(C, dim1=1, dim2=2)
+    on_diagonal = (diagonal - 1).pow(2).sum(1)
+    off_diagonal = C.pow(2).sum((1, 2)) - diagonal.pow(2).sum(1)
+    return (on_diagonal + lam * off_diagonal).mean()
+
+
+class LinearHeads(nn.Module):
+    """K independent linear heads ``Linear(dim, out)`` held as one weight ``(K, out, dim)`` and bias ``(K, out)``.
+
+    Each head is initialised as ``nn.Linear(dim, out)`` would be, drawn in the same order as K separate layers
+    (so one seed gives the same heads as before), and the K heads run as one matrix product: the output is
+    ``(batch, K * out)``, head k's predictions in columns ``k * out`` to ``(k + 1) * out``. Indexing gives head k
+    as a plain ``nn.Linear`` copy (for inspection; it does not share parameters).
+    """
+
+    def __init__(self, n_heads: int, dim: int, out: int) -> None:
+        super().__init__()
+        heads = [nn.Linear(dim, out) for _ in range(n_heads)]
+        self.weight = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
+        self.bias = nn.Parameter(torch.stack([h.bias.detach() for h in heads]))
+
+    def __len__(self) -> int:
+        return self.weight.shape[0]
+
+    def __getitem__(self, k: int) -> nn.Linear:
+        head = nn.Linear(self.weight.shape[2], self.weight.shape[1])
+        with torch.no_grad():
+            head.weight.copy_(self.weight[k])
+            head.bias.copy_(self.bias[k])
+        return head
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.weight.flatten(0, 1), self.bias.flatten())
+
+
 class LFR(SelfSupervised):
     """An encoder trained to predict K diverse random projections of its input.
 
@@ -77,8 +130,9 @@ class LFR(SelfSupervised):
     ----------
     projectors : nn.ModuleList
         The K chosen projectors; frozen (no gradients, always in eval mode).
-    predictors : nn.ModuleList
-        K linear heads ``Linear(dim, projector_dim)``.
+    predictors : LinearHeads
+        The K linear heads ``Linear(dim, projector_dim)``, stacked: weight ``(K, projector_dim, dim)``, bias
+        ``(K, projector_dim)``; ``predictors[k]`` is a copy of head k as an ``nn.Linear``.
     selected_ : list of int
         Indices of the chosen candidates.
 
@@ -122,7 +176,7 @@ class LFR(SelfSupervised):
                 torch.manual_seed(seed)
             # Heads first: with one seed, runs that differ only in how projectors are chosen get the same heads,
             # and diversity=None keeps exactly the first K candidates the DPP chooses from.
-            self.predictors = nn.ModuleList(nn.Linear(self.dim, projector_dim) for _ in range(n_projectors))
+            self.predictors = LinearHeads(n_projectors, self.dim, projector_dim)
             candidates = []
             for _ in range(n_candidates):
                 candidate = factory()
@@ -163,8 +217,8 @@ class LFR(SelfSupervised):
     def prepare(self, X: torch.Tensor) -> None:
         if not self.selected_:
             self.select_projectors(X)
-        if self.cache_targets:
-            self._targets, self._targets_of = self._project(X), X
+        if self.cache_targets:  # normalised per head once: the loss only uses the targets' directions
+            self._targets, self._targets_of = self._normalized(self._project(X)), X
 
     def train(self, mode: bool = True) -> LFR:
         super().train(mode)
@@ -200,8 +254,12 @@ class LFR(SelfSupervised):
             return torch.cat([torch.cat([g(X[i:i + 1024]) for g in self.projectors], dim=1)
                               for i in range(0, len(X), 1024)])
 
+    def _normalized(self, targets: torch.Tensor) -> torch.Tensor:
+        """Each projector's block of ``targets`` scaled to unit norm per row (what the loss does to them)."""
+        return F.normalize(targets.view(len(targets), self.n_projectors, -1), dim=2).view_as(targets)
+
     def _targets_for(self, X: torch.Tensor) -> torch.Tensor:
-        return self._targets if X is self._targets_of else self._project(X)
+        return self._targets if X is self._targets_of else self._normalized(self._project(X))
 
     def _inputs_and_targets(self, X: torch.Tensor) -> torch.Tensor:
         return torch.cat([X.flatten(1), self._targets_for(X)], dim=1)
@@ -211,9 +269,10 @@ class LFR(SelfSupervised):
         return torch.cat([features, self._targets_for(X)], dim=1)
 
     def _loss_from(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean over the K heads of the Barlow-batch loss, from the representation and the side-by-side targets."""
-        return torch.stack([batch_barlow_loss(head(h), z, self.lam)
-                            for head, z in zip(self.predictors, targets.split(self.projector_dim, dim=1))]).mean()
+        """Mean over the K heads of the Barlow-batch loss, from the representation and the side-by-side targets
+        (normalised per head)."""
+        return batch_barlow_loss_heads(self.predictors(h), targets, self.n_projectors, self.lam,
+                                       normalized_targets=True)
 
     def _encoder_loss(self, rows: torch.Tensor) -> torch.Tensor:
         n_in = math.prod(self.input_shape)
@@ -229,9 +288,13 @@ class LFR(SelfSupervised):
         h = self.encode(x)
         with torch.no_grad():
             targets = [g(x) for g in self.projectors]
-        return [head(h) for head in self.predictors], targets
+        return list(self.predictors(h).split(self.projector_dim, dim=1)), targets
 
     def loss(self, x: torch.Tensor) -> torch.Tensor:
-        """Mean over the K projectors of :func:`batch_barlow_loss`."""
-        predictions, targets = self(x)
-        return torch.stack([batch_barlow_loss(p, z, self.lam) for p, z in zip(predictions, targets)]).mean()
+        """Mean over the K projectors of :func:`batch_barlow_loss` (all heads in one batched product)."""
+        if not self.selected_:
+            raise RuntimeError("choose the projectors first: call fit(X) or select_projectors(X)")
+        h = self.encode(x)
+        with torch.no_grad():
+            targets = torch.cat([g(x) for g in self.projectors], dim=1)
+        return batch_barlow_loss_heads(self.predictors(h), targets, self.n_projectors, self.lam)
