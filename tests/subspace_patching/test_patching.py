@@ -6,6 +6,7 @@ import torch
 from iclr24.subspace_patching import (
     DistributedAlignmentSearch,
     PlantedDormantMLP,
+    dormancy_statistics,
     fldd,
     interchange_accuracy,
     patch_direction,
@@ -153,3 +154,48 @@ def test_end_patcher_names_bad_pairs():
             EndPatcher(model, "blocks.1.hook_resid_pre", PatchingPairs(**{**ok, **change}))
     with pytest.raises(ValueError, match="pairs is empty"):
         EndPatcher(model, "blocks.1.hook_resid_pre", PatchingPairs(**ok).subset(torch.tensor([], dtype=torch.long)))
+
+
+def test_dormancy_statistics_by_hand():
+    # dim 0 (the part W_out reads) varies with the prompt but not between base and source: dormant for the
+    # feature; dim 1 (disconnected) carries it. v = (e0 + e1)/sqrt2 moves dim 0 by (u - w).v v_0 = 1.
+    a = torch.tensor([-1.0, 1.0, -1.0, 1.0])
+    base = torch.stack([a, -torch.ones(4)], dim=1)
+    source = torch.stack([a, torch.ones(4)], dim=1)
+    v = torch.tensor([1.0, 1.0]) / math.sqrt(2)
+    sd = math.sqrt(8 / 7)  # the 8 clean values +-1 along either axis
+    row = dormancy_statistics(base, source, v, torch.tensor([1.0, 0.0]))
+    assert row["separation"] == pytest.approx(0.0)
+    assert row["patch_shift"] == pytest.approx(1 / sd)  # patched dim 0: a + 1 = (0, 2, 0, 2)
+    assert row["patched_distance"] == pytest.approx(1 / sd)
+    assert row["outside_range"] == pytest.approx(0.5) and row["outside_central"] == pytest.approx(0.5)
+    null = dormancy_statistics(base, source, v, torch.tensor([0.0, 3.0]))  # any scale of the part
+    assert null["separation"] == pytest.approx(2 / sd)
+    # a reference with a wider spread: the same shifts in its (larger) sd, nothing outside its range
+    wide = dormancy_statistics(base, source, v, torch.tensor([1.0, 0.0]), reference=torch.cat([base, source]) * 3)
+    assert wide["patch_shift"] == pytest.approx(1 / (3 * sd)) and wide["outside_range"] == 0.0
+
+
+def test_dormancy_statistics_name_bad_arguments():
+    base, source = torch.randn(4, 3), torch.randn(4, 3)
+    with pytest.raises(ValueError, match="part must have 3 entries"):
+        dormancy_statistics(base, source, torch.ones(3), torch.ones(2))
+    with pytest.raises(ValueError, match="v must be a non-zero direction"):
+        dormancy_statistics(base, source, torch.zeros(3), torch.ones(3))
+    with pytest.raises(ValueError, match="central must be in"):
+        dormancy_statistics(base, source, torch.ones(3), torch.ones(3), central=1.0)
+    with pytest.raises(ValueError, match="do not vary along part"):
+        dormancy_statistics(torch.zeros(4, 3), torch.zeros(4, 3), torch.ones(3), torch.ones(3))
+
+
+def test_dormancy_statistics_orient_pairs_that_change_the_feature_the_other_way():
+    # half the pairs go ABB -> BAB, half BAB -> ABB: unsigned, their separations cancel; signed, they add up
+    a = torch.tensor([-1.0, 1.0, -1.0, 1.0])
+    base = torch.stack([a, torch.tensor([-1.0, -1.0, 1.0, 1.0])], dim=1)
+    source = torch.stack([a, torch.tensor([1.0, 1.0, -1.0, -1.0])], dim=1)
+    v, null = torch.tensor([1.0, 1.0]) / math.sqrt(2), torch.tensor([0.0, 1.0])
+    sign = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    assert dormancy_statistics(base, source, v, null)["separation"] == pytest.approx(0.0)
+    assert dormancy_statistics(base, source, v, null, sign=sign)["separation"] == pytest.approx(2 / math.sqrt(8 / 7))
+    with pytest.raises(ValueError, match="sign must hold 4 values, each"):
+        dormancy_statistics(base, source, v, null, sign=torch.tensor([1.0, 0.0, 1.0, 1.0]))

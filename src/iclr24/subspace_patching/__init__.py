@@ -14,7 +14,9 @@ https://arxiv.org/abs/2311.17030
 """
 
 from iclr24.subspace_patching.das import DistributedAlignmentSearch, EndPatcher, PatchingPairs, train_das
+from iclr24.subspace_patching.name_movers import find_name_movers, query_patch_hooks, query_read_basis
 from iclr24.subspace_patching.patching import (
+    dormancy_statistics,
     fldd,
     interchange_accuracy,
     patch_direction,
@@ -28,10 +30,14 @@ __all__ = [
     "EndPatcher",
     "PatchingPairs",
     "PlantedDormantMLP",
+    "dormancy_statistics",
+    "find_name_movers",
     "fldd",
     "interchange_accuracy",
     "patch_direction",
     "patch_subspace",
+    "query_patch_hooks",
+    "query_read_basis",
     "rowspace_nullspace_split",
     "toy_hidden",
     "toy_output",

@@ -190,6 +190,29 @@ class EndPatcher:
                              - logits.gather(1, self.pairs.other[rows, None])).squeeze(1).float()
         return out
 
+    def logit_diff_hooked(self, make: Callable) -> Tensor:
+        """Logit difference per pair, ``(n,)``, with hooks built per batch: ``make(base_act, source_act)`` returns
+        ``(resid, hooks)``, the residual stream entering the hook's block at END (``(B, d_model)``; ``None``: the
+        clean one) and ``{hook name: fn}`` at later blocks, which see the END token only. For patches that are
+        not a function of this hook's activation alone (e.g. one head's query)."""
+        out = torch.empty(len(self.pairs))
+        with torch.no_grad():
+            for batch in self.batches:
+                resid, hooks = make(batch.base_act, batch.source_act)
+                resid = batch.resid if resid is None else resid[:, None].to(batch.resid.dtype)
+                logits = batch.run(resid, batch.end, hooks)
+                rows = batch.rows
+                out[rows] = (logits.gather(1, self.pairs.answer[rows, None])
+                             - logits.gather(1, self.pairs.other[rows, None])).squeeze(1).float()
+        return out
+
+    def end_activations(self) -> tuple[Tensor, Tensor]:
+        """The hook's clean activations at END, ``(base, source)``, each ``(n, d)`` in the pairs' order."""
+        base, source = torch.empty(len(self.pairs), self.dim), torch.empty(len(self.pairs), self.dim)
+        for batch in self.batches:
+            base[batch.rows], source[batch.rows] = batch.base_act.float(), batch.source_act.float()
+        return base, source
+
     def loss(self, batch: "_Batch", patch: Patch) -> Tensor:
         """Cross-entropy of the patched END logits against ``other`` (the patch's target answer)."""
         return F.cross_entropy(self._batch_logits(batch, patch), self.pairs.other[batch.rows])

@@ -5,34 +5,41 @@ Subspace Activation Patching" (Makelov, Lange, Nanda, ICLR 2024).
 2. IOI on a real LM (SmolLM2-135M, the embedded model), at the END token. Base prompts and
    sources differ only in the order of the first two names (ABB <-> BAB), so a patch that
    carries the position signal flips the answer. A scan of full residual-stream patches over
-   blocks picks the block L* where the signal sits (the largest FLDD); the MLP of block L*-1
-   writes into that stream. There: the full MLP patch, a 1-d DAS direction in the MLP's
-   hidden activation and its rowspace / nullspace parts (w.r.t. W_out); the full residual
-   patch and a 1-d DAS direction in the residual stream. DAS is trained on two templates and
-   half the names, and evaluated on the other templates and names.
+   blocks, on selection pairs (training templates and names), picks the block L* where the
+   signal sits (the largest FLDD); the MLP of block L*-1 writes into that stream. There: the
+   full MLP patch, 1-d DAS directions (``das_seeds`` seeds) in the MLP's hidden activation,
+   their rowspace / nullspace parts (w.r.t. W_out) and the dormancy statistics of the paper's
+   Fig. 3; the full residual patch and 1-d DAS directions in the residual stream, split along
+   what the name-mover heads' queries read (found on the selection pairs). DAS is trained on
+   two templates and half the names, and every claim is judged on the other templates and names.
+   ``mlp_scan_width`` adds the MLPs of the blocks around L*-1 (one seed each), reported in a table.
 
-The claims are judged over independent groups of held-out prompt pairs (``test_groups`` of them, each with
-``test_pairs / test_groups`` pairs; the FLDD of a group is computed from its own clean logit difference), paired
-across patches. The DAS directions are trained once per run. The toy's exact outcomes and the nullspace part's
-zero effect (``W_out v_null = 0``) are identities, true by construction: sanity checks, not claims, and not part of
-any claim's evidence.
+The claims are judged over independent groups of held-out prompt pairs (``test_groups`` of them; the FLDD of a
+group is computed from its own clean logit difference), paired across patches; group g is judged with the
+direction of DAS seed g mod ``das_seeds``, so the replicates carry both the prompts' and the seeds' variation.
+The toy's exact outcomes and the nullspace part's zero effect (``W_out v_null = 0``) are identities, true by
+construction: sanity checks, not claims, and not part of any claim's evidence.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
 
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
-from iclr24.core.evidence import against, all_of, compare  # noqa: E402
-from iclr24.interp import TEXT_NAMES, ioi_batch, ioi_prompts, single_token_words  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
+from iclr24.interp import TEXT_NAMES, hook_layer, ioi_batch, ioi_prompts, single_token_words  # noqa: E402
 from iclr24.subspace_patching.das import EndPatcher, PatchingPairs, train_das  # noqa: E402
+from iclr24.subspace_patching.name_movers import find_name_movers, query_patch_hooks, query_read_basis  # noqa: E402
 from iclr24.subspace_patching.patching import (  # noqa: E402
+    dormancy_statistics,
     fldd,
     interchange_accuracy,
     patch_direction,
@@ -42,19 +49,26 @@ from iclr24.subspace_patching.toy import PlantedDormantMLP, toy_patches  # noqa:
 
 PAPER = ("Is This the Subspace You Are Looking For? An Interpretability Illusion for Subspace Activation Patching "
          "(Makelov, Lange, Nanda, ICLR 2024)")
-CLAIM_MLP = ("an MLP's 1-d DAS direction changes IOI behaviour while patching the whole MLP does nothing, and its "
-             "rowspace part (the part the MLP's output can see) does far less: an illusion")
-# The paper calls this direction "not illusory" on the strength of its split into name-mover-head and null parts;
-# that split needs per-head hooks, which the reproduction does not have yet, so the claim says only what is
-# measured: the DAS direction and the full patch both change the behaviour.
+CLAIM_MLP = ("an MLP's 1-d DAS direction changes IOI behaviour while patching the whole MLP does nothing, and it is "
+             "the paper's illusion: along its rowspace part (the only part the MLP's output can see) base and source "
+             "barely differ, yet the patch pushes that part far outside its clean range")
 CLAIM_RESID = ("a 1-d DAS direction in the residual stream changes IOI behaviour, and the full residual patch there "
                "works too")
+CLAIM_NAME_MOVERS = ("the residual-stream DAS direction acts through the name-mover heads: its part in what their "
+                     "queries read keeps most of its effect, the rest of it little")
 
-# Thresholds (FLDD, in %), fixed before any run: the pre-migration criteria, below the paper's GPT-2 numbers.
+# Thresholds, fixed before any run. FLDD (%): the pre-migration criteria, below the paper's GPT-2 numbers.
 DAS_CHANGES = 30.0  # a 1-d DAS patch "changes IOI behaviour": FLDD above 30% (paper, MLP8: 45.9%)
 FULL_MLP_NOTHING = 10.0  # the full MLP patch "does nothing": FLDD within +-10% (paper: -8%)
-ROWSPACE_SHARE = 0.5  # the rowspace part "does far less": FLDD below half the DAS direction's (paper: 13.2 vs 45.9)
 RESID_WORKS = 50.0  # residual DAS and full patches both "work": FLDD above 50% (paper: 138.9% and 121.5%)
+# Dormancy (paper Fig. 3), in sd of the clean activations along v_row, fixed before the SmolLM2 statistics were
+# computed (issue #50). "Barely differ": base and source less than 1 sd apart (paper: ABB and BAB overlap along
+# v_row). "Far outside its clean range": more than half of the patched values outside the central 99% of the
+# clean ones.
+DORMANT_SD = 1.0
+OUTSIDE_SHARE = 0.5
+NM_SHARE = 0.5  # the name-mover part keeps more than half the DAS FLDD, the rest less than half (paper: 126.0 and
+#                 13.6 of 138.9)
 EXACT = 1e-12  # the toy's identities, in float64
 NULLSPACE_ZERO = 1e-3  # |FLDD| (%) of the nullspace part: zero up to float32 rounding
 UNIT = "held-out prompt-pair groups"
@@ -65,11 +79,15 @@ class Config:
     lm: str = "embedded"  # "embedded", "hf:/path", or "random-tiny" (a random 3-layer Llama: plumbing only)
     train_pairs: int = 100
     test_pairs: int = 100
-    test_groups: int = 5  # independent groups of held-out pairs: the claims' replicates
+    test_groups: int = 15  # independent groups of held-out pairs, the claims' replicates; group g is judged with
+    #                        the direction of DAS seed g mod das_seeds
+    das_seeds: int = 3  # DAS directions per site, seeds seed * das_seeds + k
     train_templates: tuple[int, ...] = (0, 1)
     test_templates: tuple[int, ...] = (2, 3, 5)
     scan_pairs: int = 20  # pairs used to choose the block
-    scan_from: float = 1 / 3  # scan blocks from this fraction of the depth on
+    scan_from: float = 0.5  # scan blocks from this fraction of the depth on (SmolLM2: nothing below block 20)
+    mlp_scan_width: int = 0  # also analyse the MLPs of blocks L*-1-w .. L*-1+w (one DAS seed each)
+    allow_zero: ClassVar[tuple[str, ...]] = ("mlp_scan_width",)  # 0: no other MLP layers
     epochs: int = 30
     batch_size: int = 20
     lr: float = 0.01
@@ -81,13 +99,18 @@ class Config:
             raise ValueError("train_templates and test_templates must not overlap")
         if not 1 <= self.test_groups <= self.test_pairs:
             raise ValueError(f"test_groups must be in [1, test_pairs={self.test_pairs}], got {self.test_groups}")
+        if not 1 <= self.das_seeds <= self.test_groups:
+            raise ValueError(f"das_seeds must be in [1, test_groups={self.test_groups}] (each seed judges at least "
+                             f"one group), got {self.das_seeds}")
 
 
 PRESETS = {
     "smoke": Config(lm="random-tiny", train_pairs=8, test_pairs=9, test_groups=3, scan_pairs=4, epochs=2,
-                    batch_size=4),
-    "quick": Config(),
-    "paper": Config(train_pairs=200, test_pairs=200, scan_pairs=100, scan_from=0.0),
+                    batch_size=4, mlp_scan_width=1),
+    # 79 training pairs, 39 and 40 of the two prompt lengths: 4 DAS batches of <= 20 an epoch, not 6 (with 100), which
+    # pays for the 3 DAS seeds within the 180 s CPU budget (80 would split 39 + 41: 5 batches)
+    "quick": Config(train_pairs=79),
+    "paper": Config(train_pairs=200, test_pairs=200, scan_pairs=100, scan_from=0.0, mlp_scan_width=2),
 }
 
 
@@ -95,7 +118,7 @@ PRESETS = {
     name="subspace_patching",
     paper=PAPER,
     presets=PRESETS,
-    claims=[CLAIM_MLP, CLAIM_RESID],
+    claims=[CLAIM_MLP, CLAIM_RESID, CLAIM_NAME_MOVERS],
     description="The interpretability illusion of subspace activation patching: a toy and IOI on SmolLM2.",
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
@@ -119,97 +142,262 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     half = len(names) // 2
     train = position_swap_pairs(lm, cfg.train_pairs, cfg.train_templates, names[:half], ctx.seed)
     test = position_swap_pairs(lm, cfg.test_pairs, cfg.test_templates, names[half:], ctx.seed + 1)
-    first = int(cfg.scan_from * lm.n_layers)
-    scan_rows = torch.arange(min(cfg.scan_pairs, len(train)))
-    scan = {}
-    # one clean run of the scan pairs for every block's patcher, not one per block
-    scan_patchers = EndPatcher.for_hooks(lm, [f"blocks.{layer}.hook_resid_pre"
-                                              for layer in range(max(first, 1), lm.n_layers)],
-                                         train.subset(scan_rows), batch_size=cfg.batch_size)
-    for layer in range(max(first, 1), lm.n_layers):
-        p = scan_patchers[f"blocks.{layer}.hook_resid_pre"]
-        scan[layer] = fldd(p.logit_diff(lambda w, u: u), p.logit_diff())
-    del scan_patchers
-    best = max(scan, key=scan.get)
-    resid_hook, mlp_hook = f"blocks.{best}.hook_resid_pre", f"blocks.{best - 1}.mlp.hook_post"
-    ctx.log(f"full END residual patch FLDD by block: { {k: round(v, 1) for k, v in scan.items()} }; "
-            f"chose {resid_hook} and {mlp_hook}")
 
-    rows, directions = [], {}
+    # 2a. The block is chosen on selection pairs (the first scan_pairs training pairs: training templates and
+    # names), and every claim is judged on the test pairs (other templates, other names): no claim can hold by
+    # the choice itself.
+    selection = train.subset(torch.arange(min(cfg.scan_pairs, len(train))))
+    scan = block_scan(lm, selection, range(max(int(cfg.scan_from * lm.n_layers), 1), lm.n_layers), cfg.batch_size)
+    best = max(scan, key=scan.get)
+    overlap = shared_prompts(selection, test)
+    mlp_layer = best - 1
+    resid_hook, mlp_hook = f"blocks.{best}.hook_resid_pre", f"blocks.{mlp_layer}.mlp.hook_post"
+    ctx.log(f"full END residual patch FLDD by block (selection pairs): { {k: round(v, 1) for k, v in scan.items()} }; "
+            f"chose {resid_hook} and {mlp_hook}")
+    scan_layers = [i for i in range(mlp_layer - cfg.mlp_scan_width, mlp_layer + cfg.mlp_scan_width + 1)
+                   if 0 <= i < lm.n_layers and i != mlp_layer]
+    hooks = [mlp_hook, resid_hook, *[f"blocks.{i}.mlp.hook_post" for i in scan_layers]]
+    train_patchers = EndPatcher.for_hooks(lm, hooks, train, batch_size=cfg.batch_size)
+    test_patchers = EndPatcher.for_hooks(lm, hooks, test, batch_size=cfg.batch_size)
+    movers, mover_rows = find_name_movers(lm, selection, range(best, lm.n_layers), batch_size=cfg.batch_size)
+    ctx.log(f"name movers (selection pairs, blocks {best}-{lm.n_layers - 1}): {movers}")
+
+    # 2b. DAS directions, one per seed and site; every patch on every test pair, per seed
+    seeds = [ctx.seed * cfg.das_seeds + k for k in range(cfg.das_seeds)]
     groups = torch.arange(len(test)) % cfg.test_groups  # pair i in group i mod test_groups
-    by_group = {}  # patch -> FLDD of each group of held-out pairs
-    train_patchers = EndPatcher.for_hooks(lm, [mlp_hook, resid_hook], train, batch_size=cfg.batch_size)
-    test_patchers = EndPatcher.for_hooks(lm, [mlp_hook, resid_hook], test, batch_size=cfg.batch_size)
-    for kind, hook in (("MLP", mlp_hook), ("resid", resid_hook)):
-        p_train, p_test = train_patchers[hook], test_patchers[hook]
-        das = train_das(p_train, k=1, epochs=cfg.epochs, lr=cfg.lr, seed=ctx.seed)
-        v = das.basis[:, 0].detach()
-        directions[kind] = v
-        ld_clean = p_test.logit_diff()
-        patches = {"full": lambda w, u: u, "DAS 1-d": lambda w, u, v=v: patch_direction(w, u, v)}
-        if kind == "MLP":
-            v_row, v_null = rowspace_nullspace_split(v, lm.mlp_out_weight(best - 1))
-            metrics.update({"mlp_dir_row_norm": float(v_row.norm()), "mlp_dir_null_norm": float(v_null.norm())})
-            patches["DAS rowspace part"] = lambda w, u, d=v_row: patch_direction(w, u, d)
-            patches["DAS nullspace part"] = lambda w, u, d=v_null: patch_direction(w, u, d)
-        for name, patch in patches.items():
-            ld = p_test.logit_diff(patch)
-            by_group[f"{kind} {name}"] = [fldd(ld[groups == g], ld_clean[groups == g]) for g in range(cfg.test_groups)]
-            rows.append({"hook": hook, "patch": f"{kind} {name}", "FLDD %": fldd(ld, ld_clean),
-                         "interchange accuracy": interchange_accuracy(ld)})
-            ctx.log(f"{hook} {name}: FLDD {rows[-1]['FLDD %']:.1f}%, interchange accuracy "
-                    f"{rows[-1]['interchange accuracy']:.2f}")
-        metrics[f"{kind.lower()}_clean_logit_diff"] = float(ld_clean.mean())
+    judged_by = [g % cfg.das_seeds for g in range(cfg.test_groups)]  # group g: the direction of seed index g % S
+    p_mlp, p_resid = test_patchers[mlp_hook], test_patchers[resid_hook]
+    clean = {"MLP": p_mlp.logit_diff(), "resid": p_resid.logit_diff()}
+    base_h, source_h = p_mlp.end_activations()
+    sign = pattern_sign(test)  # +1 for an ABB base, -1 for BAB: the two move activations in opposite directions
+    reference = torch.cat([base_h, source_h])  # the clean activations: the range a patch is measured against
+    w_out = lm.mlp_out_weight(mlp_layer)
+    nm_basis = query_read_basis(lm, movers) if movers else None
+    lds = {}  # "kind patch" -> {seed index: logit difference per test pair}
+    directions = {"MLP": [], "resid": []}
+    dormancy_rows, seed_rows = [], []
+    group_stats = {"row separation": [0.0] * cfg.test_groups, "outside": [0.0] * cfg.test_groups}
+    for k, seed in enumerate(seeds):
+        for kind, hook in (("MLP", mlp_hook), ("resid", resid_hook)):
+            p = test_patchers[hook]
+            das = train_das(train_patchers[hook], k=1, epochs=cfg.epochs, lr=cfg.lr, seed=seed)
+            v = das.basis[:, 0].detach()
+            directions[kind].append(v)
+            patches = {"DAS 1-d": lambda w, u, v=v: patch_direction(w, u, v)}
+            if k == 0:
+                lds[f"{kind} full"] = dict.fromkeys(range(cfg.das_seeds), p.logit_diff(lambda w, u: u))
+            if kind == "MLP":
+                v_row, v_null = rowspace_nullspace_split(v, w_out)
+                patches["DAS rowspace part"] = lambda w, u, d=v_row: patch_direction(w, u, d)
+                patches["DAS nullspace part"] = lambda w, u, d=v_null: patch_direction(w, u, d)
+                row = dormancy_statistics(base_h, source_h, v, v_row, sign=sign)
+                null = dormancy_statistics(base_h, source_h, v, v_null, sign=sign)
+                dormancy_rows.append({"seed": seed, "|v_row|": float(v_row.norm()), "|v_null|": float(v_null.norm()),
+                                      "separation along v_row (sd)": row["separation"],
+                                      "separation along v_null (sd)": null["separation"],
+                                      "patch shift along v_row (sd)": row["patch_shift"],
+                                      "patched |distance| from clean mean along v_row (sd)": row["patched_distance"],
+                                      "patched outside clean central 99%": row["outside_central"],
+                                      "patched outside clean [min, max]": row["outside_range"]})
+                for g in range(cfg.test_groups):
+                    if judged_by[g] == k:
+                        mine = groups == g
+                        stats = dormancy_statistics(base_h[mine], source_h[mine], v, v_row, sign=sign[mine],
+                                                    reference=reference)
+                        group_stats["row separation"][g] = stats["separation"]
+                        group_stats["outside"][g] = stats["outside_central"]
+            if kind == "resid" and movers:
+                v_nm = nm_basis @ (nm_basis.T @ v)
+                patches["DAS name-mover part"] = lambda w, u, d=v_nm: patch_direction(w, u, d)
+                patches["DAS rest part"] = lambda w, u, d=v - v_nm: patch_direction(w, u, d)
+                lds.setdefault("resid DAS into name-mover queries only", {})[k] = p.logit_diff_hooked(
+                    lambda w, u, v=v: (None, query_patch_hooks(lm, movers, ((u - w) @ v)[:, None] * v)))
+                lds.setdefault("resid DAS with name-mover queries clean", {})[k] = p.logit_diff_hooked(
+                    lambda w, u, v=v: (patch_direction(w, u, v),
+                                       query_patch_hooks(lm, movers, -((u - w) @ v)[:, None] * v)))
+            for name, patch in patches.items():
+                lds.setdefault(f"{kind} {name}", {})[k] = p.logit_diff(patch)
+            seed_rows.append({"site": kind, "seed": seed,
+                              "DAS 1-d FLDD %": fldd(lds[f"{kind} DAS 1-d"][k], clean[kind]),
+                              "|cos| to the first seed's direction": float((v @ directions[kind][0]).abs())})
+        ctx.log(f"seed {seed}: MLP DAS FLDD {seed_rows[-2]['DAS 1-d FLDD %']:.1f}%, resid DAS FLDD "
+                f"{seed_rows[-1]['DAS 1-d FLDD %']:.1f}%")
+
+    # 2c. per patch: FLDD and interchange accuracy on all test pairs (mean over seeds), and per group of
+    # held-out pairs, each group judged with one seed's direction: independent replicates that carry the
+    # variation over both prompts and DAS seeds
+    rows, by_group = [], {}
+    for name, per_seed in lds.items():
+        kind = name.split()[0]
+        by_group[name] = [fldd(per_seed[judged_by[g]][groups == g], clean[kind][groups == g])
+                          for g in range(cfg.test_groups)]
+        per = [fldd(per_seed[k], clean[kind]) for k in range(cfg.das_seeds)]
+        rows.append({"hook": mlp_hook if kind == "MLP" else resid_hook, "patch": name,
+                     "FLDD %": sum(per) / len(per), "FLDD % per seed": ", ".join(f"{x:.1f}" for x in per),
+                     "interchange accuracy": sum(interchange_accuracy(per_seed[k]) for k in per_seed) / len(per_seed)})
+        ctx.log(f"{rows[-1]['hook']} {name}: FLDD {rows[-1]['FLDD %']:.1f}% (per seed {rows[-1]['FLDD % per seed']})")
     result = {r["patch"]: r for r in rows}
     for r in rows:
-        metrics[f"fldd_{r['patch'].replace(' ', '_').replace('-', '')}"] = r["FLDD %"]
-        metrics[f"acc_{r['patch'].replace(' ', '_').replace('-', '')}"] = r["interchange accuracy"]
-    metrics["block"] = best
-    tables["patches"] = rows
-    tables["scan"] = [{"hook": f"blocks.{k}.hook_resid_pre", "full-patch FLDD %": v} for k, v in scan.items()]
+        key = r["patch"].replace(" ", "_").replace("-", "")
+        metrics[f"fldd_{key}"], metrics[f"acc_{key}"] = r["FLDD %"], r["interchange accuracy"]
+    for kind in ("MLP", "resid"):
+        metrics[f"{kind.lower()}_clean_logit_diff"] = float(clean[kind].mean())
+        cosines = [float((a @ b).abs()) for i, a in enumerate(directions[kind]) for b in directions[kind][i + 1:]]
+        metrics[f"{kind.lower()}_seed_min_abs_cos"] = min(cosines) if cosines else 1.0
+    mean_of = {key: sum(r[key] for r in dormancy_rows) / len(dormancy_rows)
+               for key in dormancy_rows[0] if key != "seed"}
+    metrics.update({"mlp_dir_row_norm": mean_of["|v_row|"], "mlp_dir_null_norm": mean_of["|v_null|"],
+                    "row_separation_sd": mean_of["separation along v_row (sd)"],
+                    "null_separation_sd": mean_of["separation along v_null (sd)"],
+                    "row_patch_shift_sd": mean_of["patch shift along v_row (sd)"],
+                    "row_patched_distance_sd": mean_of["patched |distance| from clean mean along v_row (sd)"],
+                    "row_outside_central99": mean_of["patched outside clean central 99%"],
+                    "row_outside_range": mean_of["patched outside clean [min, max]"],
+                    "block": best, "selection_judging_shared_prompts": overlap, "name_movers": len(movers)})
+
+    # 2d. other MLP layers around the block (one seed each): is there a cleaner case?
+    mlp_scan_rows = [{"MLP": mlp_layer, "seed": seeds[0], "full FLDD %": fldd(lds["MLP full"][0], clean["MLP"]),
+                      "DAS FLDD %": fldd(lds["MLP DAS 1-d"][0], clean["MLP"]),
+                      "rowspace part FLDD %": fldd(lds["MLP DAS rowspace part"][0], clean["MLP"]),
+                      **{k: dormancy_rows[0][k] for k in dormancy_rows[0] if k != "seed"}}]
+    for layer in scan_layers:
+        mlp_scan_rows.append(_mlp_case(lm, layer, train_patchers[f"blocks.{layer}.mlp.hook_post"],
+                                       test_patchers[f"blocks.{layer}.mlp.hook_post"], cfg, seeds[0]))
+        ctx.log(f"MLP{layer}: " + ", ".join(f"{k} {v:.2f}" for k, v in mlp_scan_rows[-1].items() if k != "MLP"))
+
+    tables.update({"patches": rows, "seeds": seed_rows, "dormancy": dormancy_rows, "mlp_scan": mlp_scan_rows,
+                   "name_movers": mover_rows,
+                   "scan": [{"hook": f"blocks.{k}.hook_resid_pre", "full-patch FLDD % (selection pairs)": v}
+                            for k, v in scan.items()]})
     figures["fldd_by_patch.png"] = _plot_patches(rows)
     figures["scan.png"] = _plot_scan(scan, best)
+    v0 = directions["MLP"][0]
+    figures["dormancy.png"] = _plot_dormancy(base_h, source_h, v0, *rowspace_nullspace_split(v0, w_out))
 
-    mlp_das, mlp_full = result["MLP DAS 1-d"]["FLDD %"], result["MLP full"]["FLDD %"]
-    mlp_row, mlp_null = result["MLP DAS rowspace part"]["FLDD %"], result["MLP DAS nullspace part"]["FLDD %"]
-    resid_das, resid_full = result["resid DAS 1-d"]["FLDD %"], result["resid full"]["FLDD %"]
     model_name = {"embedded": "SmolLM2-135M-Instruct", "random-tiny": "a random 3-layer Llama (plumbing only)"}.get(
         cfg.lm, cfg.lm)
     toy_others = max(moved["e2 (disconnected)"], moved["e3 (dormant)"], moved["span{e2, e3}"])
+    mlp_null = result["MLP DAS nullspace part"]["FLDD %"]
     checks = [
         Check("toy: patching along (e2 + e3)/sqrt2 moves the output exactly to the source, while e2, e3 or both "
               "patched fully do nothing", to_source < EXACT and toy_others < EXACT,
               f"|y - y_source| <= {to_source:.1e}; largest change with e2, e3 or span{{e2, e3}}: {toy_others:.1e} "
               f"(float64, bound {EXACT:g})"),
         Check("the nullspace part of the MLP's DAS direction (w.r.t. W_out) does nothing",
-              abs(mlp_null) < NULLSPACE_ZERO, f"FLDD {mlp_null:.2e}% (bound {NULLSPACE_ZERO:g}%)"),
+              max(abs(x) for x in by_group["MLP DAS nullspace part"] + [mlp_null]) < NULLSPACE_ZERO,
+              f"FLDD {mlp_null:.2e}% (bound {NULLSPACE_ZERO:g}%)"),
+        Check("the block is chosen on prompts the claims are not judged on", overlap == 0,
+              f"{len(selection)} selection pairs (training templates and names), {len(test)} judging pairs; "
+              f"shared prompts: {overlap}"),
     ]
-    pairs = f"{len(test)} held-out pairs in {cfg.test_groups} groups"
+    unit = f"held-out prompt-pair groups x {cfg.das_seeds} DAS seeds"
+    pairs = (f"{len(test)} held-out pairs in {cfg.test_groups} groups, each judged with one of {cfg.das_seeds} DAS "
+             f"seeds; mean over seeds")
+    f = {name: r["FLDD %"] for name, r in result.items()}
     claims = [
-        Claim(CLAIM_MLP, paper="GPT-2 MLP8: DAS 1-d FLDD 45.9%, full MLP -8%, rowspace part 13.2%",
-              measured=(f"{model_name} {mlp_hook}: DAS 1-d {mlp_das:.1f}%, full MLP {mlp_full:.1f}%, rowspace part "
-                        f"{mlp_row:.1f}% (held-out templates and names; {pairs})"),
+        Claim(CLAIM_MLP, paper=("GPT-2 MLP8: DAS 1-d FLDD 45.9%, full MLP -8%, rowspace part 13.2%; ABB and BAB "
+                                "overlap along the rowspace part, which the patch pushes outside their range (Fig. 3)"),
+              measured=(f"{model_name} {mlp_hook}: DAS 1-d {f['MLP DAS 1-d']:.1f}%, full MLP {f['MLP full']:.1f}%, "
+                        f"rowspace part {f['MLP DAS rowspace part']:.1f}%; base and source "
+                        f"{metrics['row_separation_sd']:.2f} sd apart along v_row "
+                        f"({metrics['null_separation_sd']:.2f} along v_null), the patch moves v_row "
+                        f"{metrics['row_patch_shift_sd']:.2f} sd, {100 * metrics['row_outside_central99']:.0f}% of "
+                        f"patched values outside the clean central 99% ({pairs})"),
               evidence=mlp_illusion_evidence(by_group["MLP DAS 1-d"], by_group["MLP full"],
-                                             by_group["MLP DAS rowspace part"])),
+                                             group_stats["row separation"], group_stats["outside"], unit=unit)),
         Claim(CLAIM_RESID, paper="GPT-2 resid 8: DAS 1-d FLDD 138.9%, full patch 121.5%",
-              measured=f"{model_name} {resid_hook}: DAS 1-d {resid_das:.1f}%, full patch {resid_full:.1f}% ({pairs})",
-              evidence=all_of(against(by_group["resid DAS 1-d"], RESID_WORKS, unit=UNIT, label="resid DAS 1-d FLDD %"),
-                              against(by_group["resid full"], RESID_WORKS, unit=UNIT, label="resid full FLDD %"))),
+              measured=(f"{model_name} {resid_hook}: DAS 1-d {f['resid DAS 1-d']:.1f}%, full patch "
+                        f"{f['resid full']:.1f}% ({pairs}; block chosen on {len(selection)} other pairs)"),
+              evidence=all_of(against(by_group["resid DAS 1-d"], RESID_WORKS, unit=unit, label="resid DAS 1-d FLDD %"),
+                              against(by_group["resid full"], RESID_WORKS, unit=unit, label="resid full FLDD %"))),
+        _name_mover_claim(movers, by_group, f, model_name, resid_hook, pairs, unit),
     ]
     notes = (f"{model_name}: clean logit difference {metrics['mlp_clean_logit_diff']:.2f} on held-out pairs; block "
-             f"{best} chosen by the largest full END residual patch. See docs/subspace_patching.md.")
+             f"{best} chosen by the largest full END residual patch on {len(selection)} selection pairs. "
+             f"See docs/subspace_patching.md.")
     return Result(metrics=metrics, claims=claims, figures=figures, tables=tables, notes=notes, checks=checks)
 
 
-def mlp_illusion_evidence(das, full, rowspace):
-    """The MLP claim from per-group FLDDs (%): the DAS direction changes behaviour, the full MLP patch does nothing
-    (an equivalence: within +-FULL_MLP_NOTHING), and the rowspace part does less than half of the DAS effect."""
+def mlp_illusion_evidence(das, full, row_separation, outside, *, unit: str = UNIT):
+    """The MLP claim from per-replicate values: the DAS direction changes behaviour (FLDD %), the full MLP patch
+    does nothing (an equivalence: within +-FULL_MLP_NOTHING), and the paper's illusion: the rowspace part is
+    dormant (base and source less than DORMANT_SD clean sd apart along it) yet the patch pushes most values
+    (more than OUTSIDE_SHARE) outside the clean activations' central 99% along it."""
     return all_of(
-        against(das, DAS_CHANGES, unit=UNIT, label="MLP DAS 1-d FLDD %"),
-        against(full, FULL_MLP_NOTHING, better="lower", unit=UNIT, label="MLP full FLDD %"),
-        against(full, -FULL_MLP_NOTHING, better="higher", unit=UNIT, label="MLP full FLDD %"),
-        compare(rowspace, [ROWSPACE_SHARE * v for v in das], better="lower", unit=UNIT,
-                label=f"rowspace-part FLDD - {ROWSPACE_SHARE:g} x DAS FLDD (%)"))
+        against(das, DAS_CHANGES, unit=unit, label="MLP DAS 1-d FLDD %"),
+        against(full, FULL_MLP_NOTHING, better="lower", unit=unit, label="MLP full FLDD %"),
+        against(full, -FULL_MLP_NOTHING, better="higher", unit=unit, label="MLP full FLDD %"),
+        against(row_separation, DORMANT_SD, better="lower", unit=unit,
+                label="base-source separation along v_row (clean sd)"),
+        against(outside, OUTSIDE_SHARE, better="higher", unit=unit,
+                label="patched values outside the clean central 99% along v_row (fraction)"))
+
+
+def name_mover_evidence(das, name_mover_part, rest_part, *, unit: str = UNIT):
+    """The name-mover claim from per-replicate FLDDs (%): the direction's part in what the name movers' queries
+    read keeps more than NM_SHARE of the direction's FLDD, and the rest of it less than NM_SHARE."""
+    return all_of(
+        compare(name_mover_part, [NM_SHARE * d for d in das], unit=unit,
+                label=f"name-mover-part FLDD - {NM_SHARE:g} x DAS FLDD (%)"),
+        compare(rest_part, [NM_SHARE * d for d in das], better="lower", unit=unit,
+                label=f"rest-part FLDD - {NM_SHARE:g} x DAS FLDD (%)"))
+
+
+def _name_mover_claim(movers, by_group, f, model_name, resid_hook, pairs, unit) -> Claim:
+    paper = "GPT-2 resid 8: DAS 138.9%; its part along the name movers' queries 126.0%, the rest 13.6%"
+    if not movers:
+        return Claim(CLAIM_NAME_MOVERS, paper=paper, measured=f"{model_name}: no name-mover heads found",
+                     evidence=not_run("no head met the name-mover criteria on the selection pairs"))
+    heads = ", ".join(f"L{i}H{h}" for i, h in movers)
+    return Claim(CLAIM_NAME_MOVERS, paper=paper,
+                 measured=(f"{model_name} {resid_hook}, name movers {heads}: DAS {f['resid DAS 1-d']:.1f}%, its "
+                           f"name-mover part {f['resid DAS name-mover part']:.1f}%, the rest "
+                           f"{f['resid DAS rest part']:.1f}%; the direction fed to the name movers' queries only "
+                           f"{f['resid DAS into name-mover queries only']:.1f}%, everywhere but there "
+                           f"{f['resid DAS with name-mover queries clean']:.1f}% ({pairs})"),
+                 evidence=name_mover_evidence(by_group["resid DAS 1-d"], by_group["resid DAS name-mover part"],
+                                              by_group["resid DAS rest part"], unit=unit))
+
+
+def block_scan(lm, pairs: PatchingPairs, layers, batch_size: int) -> dict[int, float]:
+    """FLDD (%) of the full END patch of ``blocks.{L}.hook_resid_pre`` for each L in ``layers`` on ``pairs``."""
+    hooks = [f"blocks.{layer}.hook_resid_pre" for layer in layers]
+    # one clean run of the pairs for every block's patcher, not one per block
+    patchers = EndPatcher.for_hooks(lm, hooks, pairs, batch_size=batch_size)
+    return {hook_layer(h): fldd(p.logit_diff(lambda w, u: u), p.logit_diff()) for h, p in patchers.items()}
+
+
+def pattern_sign(pairs: PatchingPairs) -> Tensor:
+    """+1 for each pair whose base is ABB (the IO named first), -1 for BAB, read from the tokens."""
+    io_first = (pairs.base == pairs.answer[:, None]).long().argmax(1)
+    s_first = (pairs.base == pairs.other[:, None]).long().argmax(1)
+    return torch.where(io_first < s_first, 1.0, -1.0)
+
+
+def shared_prompts(a: PatchingPairs, b: PatchingPairs) -> int:
+    """How many of ``b``'s base prompts are also base prompts of ``a`` (token for token)."""
+    seen = {tuple(a.base[i, :int(a.lengths[i])].tolist()) for i in range(len(a))}
+    return sum(tuple(b.base[i, :int(b.lengths[i])].tolist()) in seen for i in range(len(b)))
+
+
+def _mlp_case(lm, layer: int, train_patcher: EndPatcher, test_patcher: EndPatcher, cfg: Config, seed: int) -> dict:
+    """The MLP analysis at one more layer with one DAS seed: FLDDs on the test pairs and the dormancy statistics."""
+    v = train_das(train_patcher, k=1, epochs=cfg.epochs, lr=cfg.lr, seed=seed).basis[:, 0].detach()
+    v_row, v_null = rowspace_nullspace_split(v, lm.mlp_out_weight(layer))
+    clean = test_patcher.logit_diff()
+    base_h, source_h = test_patcher.end_activations()
+    sign = pattern_sign(test_patcher.pairs)
+    row = dormancy_statistics(base_h, source_h, v, v_row, sign=sign)
+    return {"MLP": layer, "seed": seed, "full FLDD %": fldd(test_patcher.logit_diff(lambda w, u: u), clean),
+            "DAS FLDD %": fldd(test_patcher.logit_diff(lambda w, u: patch_direction(w, u, v)), clean),
+            "rowspace part FLDD %": fldd(test_patcher.logit_diff(lambda w, u: patch_direction(w, u, v_row)), clean),
+            "|v_row|": float(v_row.norm()), "|v_null|": float(v_null.norm()),
+            "separation along v_row (sd)": row["separation"],
+            "separation along v_null (sd)": dormancy_statistics(base_h, source_h, v, v_null, sign=sign)["separation"],
+            "patch shift along v_row (sd)": row["patch_shift"],
+            "patched |distance| from clean mean along v_row (sd)": row["patched_distance"],
+            "patched outside clean central 99%": row["outside_central"],
+            "patched outside clean [min, max]": row["outside_range"]}
 
 
 def _load(cfg: Config, seed: int):
@@ -247,6 +435,21 @@ def _plot_patches(rows):
     ax.set_xlabel("FLDD (%) on held-out pairs")
     ax.invert_yaxis()
     ax.set_title("END-token patches (ABB <-> BAB)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_dormancy(base, source, v, v_row, v_null):
+    """The paper's Fig. 3 picture: clean base and source activations and the patched ones, along v_row and v_null."""
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    patched = patch_direction(base, source, v)
+    for ax, part, title in ((axes[0], v_row, "along v_row (what W_out reads)"), (axes[1], v_null, "along v_null")):
+        unit = part / part.norm()
+        for values, label in ((base @ unit, "base (clean)"), (source @ unit, "source (clean)"),
+                              (patched @ unit, "base patched along v")):
+            ax.hist(values.numpy(), bins=30, alpha=0.5, label=label)
+        ax.set_title(title, fontsize=9)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 

@@ -20,7 +20,8 @@ from torch import Tensor
 
 from iclr24.core.checks import check_tensor
 
-__all__ = ["fldd", "interchange_accuracy", "patch_direction", "patch_subspace", "rowspace_nullspace_split"]
+__all__ = ["dormancy_statistics", "fldd", "interchange_accuracy", "patch_direction", "patch_subspace",
+           "rowspace_nullspace_split"]
 
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -86,6 +87,66 @@ def rowspace_nullspace_split(v: Tensor, W_out: Tensor) -> tuple[Tensor, Tensor]:
     q = u[:, s > s.max() * max(W_out.shape) * eps]
     v_row = (q @ (q.T @ v.double())).to(v.dtype)
     return v_row, v - v_row
+
+
+def dormancy_statistics(base: Tensor, source: Tensor, v: Tensor, part: Tensor, *, sign: Tensor | None = None,
+                        reference: Tensor | None = None, central: float = 0.99) -> dict[str, float]:
+    """How a 1-d patch along ``v`` moves the activations along ``part`` (e.g. ``v``'s rowspace part), in units
+    of the clean activations' standard deviation along ``part`` (the paper's dormancy picture, Fig. 3).
+
+    ``base``, ``source``: ``(n, d)`` clean activations of paired prompts; the patch is
+    :func:`patch_direction` ``(base, source, v)``. Along the unit vector ``p = part / |part|``:
+
+    - ``separation``: ``|mean sign (source - base) . p| / sd``, how far base and source sit apart naturally
+      (a dormant direction: barely; the direction that carries the feature: far);
+    - ``patch_shift``: ``|mean sign (patched - base) . p| / sd``, how far the patch moves them; the patch moves
+      ``(source - base) . v / |v|^2 (v . p)`` along ``p``, which for ``p`` a part of ``v`` exceeds the natural
+      separation when the other part of ``v`` carries the difference;
+    - ``patched_distance``: ``mean |patched . p - m| / sd``, the patched values' distance from the clean mean;
+    - ``outside_central``: the fraction of patched values outside the clean values' central ``central``
+      interval; ``outside_range``: outside their [min, max].
+
+    ``sign`` ``(n,)``, +-1, orients each pair: pairs that change the feature one way (ABB -> BAB) and the other
+    (BAB -> ABB) move activations in opposite directions, and would cancel in a plain mean (default: all +1).
+    The clean values (``sd``, ``m``, the range) are those of ``reference`` ``(m, d)`` (default: base and
+    source together) projected on ``p``.
+    """
+    _check_pair(base, source)
+    check_tensor("base", base, ndim=2, shape_doc="(n, d)")
+    for name, vec in (("v", v), ("part", part)):
+        check_tensor(name, vec, ndim=1)
+        if vec.shape[0] != base.shape[1]:
+            raise ValueError(f"{name} must have {base.shape[1]} entries (the activations' last dimension), "
+                             f"got {vec.shape[0]}")
+        if not float(vec.norm()) > 0:
+            raise ValueError(f"{name} must be a non-zero direction")
+    if not 0 < central < 1:
+        raise ValueError(f"central must be in (0, 1), got {central}")
+    reference = torch.cat([base, source]) if reference is None else reference
+    check_tensor("reference", reference, ndim=2, shape_doc="(m, d)")
+    if reference.shape[1] != base.shape[1] or len(reference) < 2:
+        raise ValueError(f"reference must be (m >= 2, {base.shape[1]}), got {tuple(reference.shape)}")
+    unit = (part / part.norm()).double()
+    clean = reference.double() @ unit
+    sd, mean = float(clean.std()), float(clean.mean())
+    if not sd > 0:
+        raise ValueError("the clean activations do not vary along part: the standard deviation is 0")
+    low, high = torch.quantile(clean, torch.tensor([(1 - central) / 2, (1 + central) / 2], dtype=clean.dtype))
+    if sign is None:
+        sign = torch.ones(len(base))
+    check_tensor("sign", sign, ndim=1)
+    if sign.shape[0] != len(base) or not bool((sign.abs() == 1).all()):
+        raise ValueError(f"sign must hold {len(base)} values, each +1 or -1, got {sign.tolist()[:8]}")
+    sign = sign.double()
+    at_base, at_source = base.double() @ unit, source.double() @ unit
+    patched = patch_direction(base.double(), source.double(), v.double()) @ unit
+    return {
+        "separation": abs(float((sign * (at_source - at_base)).mean())) / sd,
+        "patch_shift": abs(float((sign * (patched - at_base)).mean())) / sd,
+        "patched_distance": float((patched - mean).abs().mean()) / sd,
+        "outside_central": float(((patched < low) | (patched > high)).double().mean()),
+        "outside_range": float(((patched < clean.min()) | (patched > clean.max())).double().mean()),
+    }
 
 
 def fldd(ld_patched: Tensor, ld_clean: Tensor) -> float:
