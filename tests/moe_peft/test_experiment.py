@@ -86,3 +86,37 @@ def test_routing_information_is_zero_for_identical_tasks_and_positive_for_routed
         model.base_model[2].router.weight.copy_(torch.stack([direction, -direction, 0 * direction]) * 50)
     routed = _routing(model, X2, torch.arange(2).repeat_interleave(60), 2, seed=0)
     assert routed["per_site"]["2"] > 0.3 and routed["mi_shuffled"] < routed["mi"] / 5
+
+
+def test_the_sweep_screens_every_rate_and_continues_the_best_to_the_full_length():
+    import dataclasses
+
+    from iclr24.moe_peft.experiment import Config, _sweep
+    from iclr24.moe_peft.tasks import SkillTasks, accuracy, fit, mlp_base
+
+    cfg = dataclasses.replace(PRESETS["smoke"], epochs=3, hidden=16)
+    assert cfg.screen == 1 and cfg.screen_keep == 2
+    family = SkillTasks(4, 2, 3, seed=0)
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    base = mlp_base(family.input_dim, cfg.hidden, 3).requires_grad_(False)
+    train, val = family.sample([(0, 1), (1, 2)], 60, g)[:2], family.sample([(0, 1), (1, 2)], 40, g)[:2]
+    lrs = (1e-3, 1e-2, 1e-1, 3e-1)
+    lr, model, rows = _sweep("mov4", base, cfg, 0, lrs, train, val, lambda **_: None)
+    screened = {r["lr"]: r["validation accuracy"] for r in rows if r["epochs"] == 1}
+    continued = {r["lr"]: r["validation accuracy"] for r in rows if r["epochs"] == 3}
+    assert list(screened) == list(lrs) and len(continued) == 2 and lr in continued
+    assert min(screened[r] for r in continued) >= max(v for r, v in screened.items() if r not in continued)
+    assert continued[lr] == max(continued.values())
+    torch.manual_seed(0)  # the chosen model is a full-length fit at the chosen rate, bit for bit
+    again = _adapt("mov4", base, cfg)
+    fit(again, *train, epochs=3, lr=lr, batch_size=cfg.batch_size, generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters()))
+    assert accuracy(model, *val) == pytest.approx(continued[lr])
+    # keeping as many rates as the grid has is a plain grid search: every rate at the full length
+    _, _, rows = _sweep("mov4", base, dataclasses.replace(cfg, screen_keep=4), 0, lrs, train, val, lambda **_: None)
+    assert [r["epochs"] for r in rows] == [3] * 4
+    with pytest.raises(ValueError, match="screen_epochs"):
+        Config(screen_epochs=31)
+    with pytest.raises(ValueError, match="screen_keep"):
+        Config(screen_keep=0)

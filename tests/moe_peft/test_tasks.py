@@ -52,3 +52,43 @@ def test_pretraining_learns_the_skills():
     chance = accuracy(base, Xt, yt)
     losses = fit(base, X, y, epochs=15, lr=3e-3, generator=g)
     assert losses[-1] < 0.5 * losses[0] and accuracy(base, Xt, yt) > max(0.8, chance + 0.3)
+
+
+def _reference_fit(model, X, y, *, epochs, lr, batch_size, generator):
+    """The training loop before Trainer: a gather of each batch from the epoch's permutation."""
+    optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    for _ in range(epochs):
+        model.train()
+        order = torch.randperm(len(X), generator=generator)
+        for start in range(0, len(X), batch_size):
+            batch = order[start:start + batch_size]
+            loss = torch.nn.functional.cross_entropy(model(X[batch]), y[batch]) + model.auxiliary_loss()
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+
+
+def test_a_stopped_and_continued_fit_is_the_full_fit_bit_for_bit():
+    """The sweep screens rates on a short horizon and continues the best: the continued model must be the one
+    a full-length fit trains (the same Adam state and batch order, evaluation in between changing nothing)."""
+    from iclr24.moe_peft import MoVConfig, get_moe_model
+    from iclr24.moe_peft.tasks import Trainer
+
+    family = SkillTasks(n_features=4, n_skills=2, n_classes=3, seed=0)
+    X, y, _ = family.sample([(0, 1), (1, 2)], 100, torch.Generator().manual_seed(0))
+
+    def mov():
+        torch.manual_seed(0)
+        return get_moe_model(mlp_base(family.input_dim, 16, 3), MoVConfig(4, ["2", "4"], ["2", "4"]))
+
+    whole, reference, parts = mov(), mov(), mov()
+    fit(whole, X, y, epochs=5, lr=3e-2, batch_size=32, generator=torch.Generator().manual_seed(1))
+    _reference_fit(reference, X, y, epochs=5, lr=3e-2, batch_size=32, generator=torch.Generator().manual_seed(1))
+    trainer = Trainer(parts, lr=3e-2, generator=torch.Generator().manual_seed(1))
+    trainer.run(X, y, epochs=2, batch_size=32)
+    accuracy(parts, X, y)
+    trainer.run(X, y, epochs=3, batch_size=32)
+    assert trainer.epochs_done == 5
+    for a, b, c in zip(whole.parameters(), reference.parameters(), parts.parameters()):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert not torch.equal(whole.base_model[2].mov_scaling, torch.ones_like(whole.base_model[2].mov_scaling))

@@ -6,8 +6,9 @@ adapted to a mixture of conflicting tasks (the same skills with their labels shi
 amount) and evaluated on the unseen tasks of the mixture's test split and on held-out (skill, shift)
 pairs (zero-shot). Methods: full fine-tuning, (IA)^3 and LoRA from HF peft, MoV-{4,10} and
 MoLoRA-{2,4} from iclr24.moe_peft, on the same sites. Every method gets the best learning rate of its
-grid on a validation split (first seed), then the chosen rate for every seed; a rate chosen at the
-edge of its grid is named in the notes.
+grid on a validation split (first seed; every rate screened on a third of the epochs, the best two trained
+to the full length), then the chosen rate for every seed; a rate chosen at the edge of its grid is named in
+the notes.
 
 Each claim is judged over seeds (one replicate per seed: a fresh base, data and adapters), paired:
 
@@ -38,7 +39,7 @@ from iclr24.core.evidence import against, all_of, compare, given  # noqa: E402
 from iclr24.moe_peft.baselines import peft_ia3, peft_lora  # noqa: E402
 from iclr24.moe_peft.model import MoEModel, MoLoRAConfig, MoVConfig, get_moe_model  # noqa: E402
 from iclr24.moe_peft.routing import routing_mutual_information  # noqa: E402
-from iclr24.moe_peft.tasks import SkillTasks, accuracy, fit, mlp_base  # noqa: E402
+from iclr24.moe_peft.tasks import SkillTasks, Trainer, accuracy, fit, mlp_base  # noqa: E402
 
 PAPER = ("Pushing Mixture of Experts to the Limit: Extremely Parameter Efficient MoE for Instruction Tuning "
          "(Zadouri, Üstün, Ahmadian, Ermiş, Locatelli, Hooker, ICLR 2024)")
@@ -85,6 +86,10 @@ class Config:
     full_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
     vector_lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2, 1e-1, 3e-1)  # (IA)^3 and MoV: vectors take large steps
     low_rank_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)  # LoRA and MoLoRA
+    # The sweep screens every rate for screen_epochs (None: a third of epochs), keeps the screen_keep best by
+    # validation accuracy and trains only those to the full length (successive halving, one rung).
+    screen_epochs: int | None = None
+    screen_keep: int = 2
 
     def __post_init__(self) -> None:
         if min(self.seeds, self.hidden, self.n_features, self.n_skills, self.pretrain_per_task,
@@ -95,6 +100,15 @@ class Config:
             raise ValueError(f"n_classes must be >= 3 (two shifts to train, one held out), got {self.n_classes}")
         if not (self.full_lrs and self.vector_lrs and self.low_rank_lrs):
             raise ValueError("each learning-rate grid needs at least one rate")
+        if self.screen_keep < 1:
+            raise ValueError(f"screen_keep must be >= 1, got {self.screen_keep}")
+        if self.screen_epochs is not None and not 1 <= self.screen_epochs <= self.epochs:
+            raise ValueError(f"screen_epochs must be in [1, epochs={self.epochs}] or None, got {self.screen_epochs}")
+
+    @property
+    def screen(self) -> int:
+        """Epochs every rate of a grid trains before the sweep keeps the ``screen_keep`` best."""
+        return max(1, self.epochs // 3) if self.screen_epochs is None else self.screen_epochs
 
 
 PRESETS = {
@@ -125,6 +139,46 @@ def _grid(name: str, cfg: Config) -> tuple[float, ...]:
         else cfg.low_rank_lrs
 
 
+def _screening(cfg: Config, lrs: tuple[float, ...]) -> bool:
+    """Whether the sweep over ``lrs`` screens on a short horizon (more rates than it keeps, and a shorter horizon)."""
+    return len(lrs) > cfg.screen_keep and cfg.screen < cfg.epochs
+
+
+def _sweep(name: str, base: torch.nn.Module, cfg: Config, seed: int, lrs: tuple[float, ...], train, val,
+           advance) -> tuple[float, torch.nn.Module, list[dict]]:
+    """The best rate of ``lrs`` by validation accuracy at the full length, its model, and a row per rate.
+
+    Successive halving with one rung, its rule fixed before any result: every rate trains ``cfg.screen``
+    epochs; the ``cfg.screen_keep`` best by validation accuracy (ties: the earlier rate of the grid) go on to
+    ``cfg.epochs`` from where they stopped, and the best of those is chosen (ties alike). A continued model is
+    the model a full-length fit trains, bit for bit (:class:`Trainer`). With ``screen_keep >= len(lrs)`` every
+    rate trains to the full length, as a plain grid search does.
+    """
+    screening = _screening(cfg, lrs)
+    runs, rows = [], []
+    for lr in lrs:
+        torch.manual_seed(seed)  # the same adapter initialisation and batch order for every run
+        trainer = Trainer(_adapt(name, base, cfg), lr=lr, generator=torch.Generator().manual_seed(seed))
+        trainer.run(*train, epochs=cfg.screen if screening else cfg.epochs, batch_size=cfg.batch_size)
+        runs.append((trainer, accuracy(trainer.model, *val)))
+        rows.append({"method": LABELS[name], "lr": lr, "epochs": trainer.epochs_done,
+                     "validation accuracy": round(runs[-1][1], 4)})
+        advance(method=name, lr=lr, val=round(runs[-1][1], 3))
+    if screening:
+        # the stable sort keeps grid order among ties
+        kept = sorted(sorted(range(len(lrs)), key=lambda i: -runs[i][1])[:cfg.screen_keep])
+        for i in kept:
+            trainer = runs[i][0]
+            trainer.run(*train, epochs=cfg.epochs - trainer.epochs_done, batch_size=cfg.batch_size)
+            runs[i] = (trainer, accuracy(trainer.model, *val))
+            rows.append({"method": LABELS[name], "lr": lrs[i], "epochs": trainer.epochs_done,
+                         "validation accuracy": round(runs[i][1], 4)})
+            advance(method=name, lr=lrs[i], val=round(runs[i][1], 3))
+        runs = [runs[i] if i in kept else None for i in range(len(lrs))]
+    best = max((i for i, r in enumerate(runs) if r is not None), key=lambda i: (runs[i][1], -i))
+    return lrs[best], runs[best][0].model, rows
+
+
 @experiment(
     name="moe_peft",
     paper=PAPER,
@@ -142,7 +196,9 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     held_out: dict[str, list[float]] = {n: [] for n in names}
     sweep_rows, fractions, base_accuracy = [], {}, []
     routing: list[dict] = []
-    total = sum(len(_grid(n, cfg)) for n in names) + (cfg.seeds - 1) * len(names) + cfg.seeds
+    grids = [_grid(n, cfg) for n in names]
+    total = sum(len(lrs) + (cfg.screen_keep if _screening(cfg, lrs) else 0) for lrs in grids) \
+        + (cfg.seeds - 1) * len(names) + cfg.seeds
     with ctx.progress("pretraining and adapting", total=total) as bar:
         for s, seed in enumerate(ctx.replicate_seeds(cfg.seeds)):
             g = torch.Generator().manual_seed(seed)
@@ -159,19 +215,16 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             X_test, y_test, task_test = family.sample(train_tasks, cfg.eval_per_task, g)
             X_held, y_held, _ = family.sample(held_out_tasks, cfg.eval_per_task, g)
             for name in names:
-                best = None
-                for lr in (_grid(name, cfg) if s == 0 else (lr_of[name],)):
+                if s == 0:  # the first seed chooses each method's rate; the others reuse it
+                    lr_of[name], model, rows = _sweep(name, base, cfg, seed, _grid(name, cfg), (X, y),
+                                                      (X_val, y_val), bar.advance)
+                    sweep_rows += rows
+                else:
                     torch.manual_seed(seed)  # the same adapter initialisation and batch order for every run
                     model = _adapt(name, base, cfg)
-                    fit(model, X, y, epochs=cfg.epochs, lr=lr, batch_size=cfg.batch_size,
+                    fit(model, X, y, epochs=cfg.epochs, lr=lr_of[name], batch_size=cfg.batch_size,
                         generator=torch.Generator().manual_seed(seed))
-                    val = accuracy(model, X_val, y_val)
-                    if s == 0:
-                        sweep_rows.append({"method": LABELS[name], "lr": lr, "validation accuracy": round(val, 4)})
-                    if best is None or val > best[0]:
-                        best = (val, lr, model)
-                    bar.advance(method=name, lr=lr, val=round(val, 3))
-                _, lr_of[name], model = best
+                    bar.advance(method=name, lr=lr_of[name])
                 fractions[name] = _trainable(model)
                 mixture[name].append(accuracy(model, X_test, y_test))
                 held_out[name].append(accuracy(model, X_held, y_held))
@@ -180,6 +233,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             ctx.log(f"seed {seed}: base {base_accuracy[-1]:.3f}; " + ", ".join(
                 f"{n} {mixture[n][-1]:.3f}/{held_out[n][-1]:.3f}" for n in names))
 
+    screen_note = (f" (each rate screened for {cfg.screen} epochs, the best {cfg.screen_keep} continued to "
+                   f"{cfg.epochs})" if any(_screening(cfg, lrs) for lrs in grids) else "")
     at_edge = [LABELS[n] for n in names if len(_grid(n, cfg)) > 1 and lr_of[n] in (min(_grid(n, cfg)),
                                                                                     max(_grid(n, cfg)))]
     mean_mix = {n: statistics.mean(v) for n, v in mixture.items()}
@@ -209,7 +264,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                f"tasks, {cfg.adapt_per_task} examples each, {cfg.epochs} epochs, Adam, batch {cfg.batch_size}; "
                f"held out: {len(held_out_tasks)} unseen pairs. (IA)^3 and MoV scale the hidden activations, LoRA "
                f"and MoLoRA (r={cfg.lora_r}, alpha={cfg.lora_alpha:g}) adapt every linear layer. Learning rate "
-               f"per method: best validation accuracy of its grid on the first seed"
+               f"per method: best validation accuracy of its grid on the first seed{screen_note}"
                f"{'; at the edge of its grid: ' + ', '.join(at_edge) if at_edge else ', inside the grid for all'}. "
                f"The paper's T5 on P3 does not run offline; see docs/moe_peft.md."),
     )

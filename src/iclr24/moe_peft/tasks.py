@@ -25,7 +25,7 @@ from torch import nn
 
 from iclr24.core import check_int
 
-__all__ = ["SkillTasks", "accuracy", "fit", "mlp_base"]
+__all__ = ["SkillTasks", "Trainer", "accuracy", "fit", "mlp_base"]
 
 
 @dataclass(frozen=True)
@@ -93,25 +93,44 @@ def fit(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, epochs: int, lr: 
         generator: torch.Generator) -> list[float]:
     """Adam on the model's trainable parameters with cross-entropy plus the model's ``auxiliary_loss()``
     when it has one (MoV/MoLoRA load balancing). Returns the mean loss of each epoch."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.Adam(params, lr=lr)
-    auxiliary = getattr(model, "auxiliary_loss", None)
-    history = []
-    for _ in range(epochs):
-        model.train()
-        order = torch.randperm(len(X), generator=generator)
-        total = 0.0
-        for start in range(0, len(X), batch_size):
-            batch = order[start:start + batch_size]
-            loss = F.cross_entropy(model(X[batch]), y[batch])
-            if auxiliary is not None:
-                loss = loss + auxiliary()
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            total += float(loss.detach()) * len(batch)
-        history.append(total / len(X))
-    return history
+    return Trainer(model, lr=lr, generator=generator).run(X, y, epochs=epochs, batch_size=batch_size)
+
+
+class Trainer:
+    """:func:`fit` that can stop and go on: ``run(X, y, epochs=a)`` then ``run(X, y, epochs=b)`` trains the
+    model that ``run(X, y, epochs=a + b)`` trains, bit for bit (the Adam state and the batch-order generator
+    carry over; evaluating the model in between changes neither). It lets a learning-rate sweep screen
+    every rate on a short horizon and continue only the best to the full length.
+    """
+
+    def __init__(self, model: nn.Module, *, lr: float, generator: torch.Generator) -> None:
+        self.model = model
+        self.generator = generator
+        self.optimiser = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+        self.epochs_done = 0
+
+    def run(self, X: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int = 128) -> list[float]:
+        """Train ``epochs`` more epochs on ``(X, y)``; the mean loss of each."""
+        model, optimiser = self.model, self.optimiser
+        auxiliary = getattr(model, "auxiliary_loss", None)
+        history = []
+        for _ in range(epochs):
+            model.train()
+            order = torch.randperm(len(X), generator=self.generator)
+            X_epoch, y_epoch = X[order], y[order]  # one gather an epoch; the batches are views of it
+            total = 0.0
+            for start in range(0, len(X), batch_size):
+                xb, yb = X_epoch[start:start + batch_size], y_epoch[start:start + batch_size]
+                loss = F.cross_entropy(model(xb), yb)
+                if auxiliary is not None:
+                    loss = loss + auxiliary()
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                total += float(loss.detach()) * len(yb)
+            history.append(total / len(X))
+            self.epochs_done += 1
+        return history
 
 
 @torch.no_grad()
