@@ -1,5 +1,6 @@
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -239,16 +240,46 @@ def test_embedded_batch_matches_one_prompt_at_a_time(embedded):
     assert any(len(key) >= 16 for key in embedded._prefix_caches)  # the shared examples were encoded once
     again = embedded.generate_batch(prompts[:1], max_tokens=10, stop=["\n"])  # one prompt reuses that cache
     assert again[0].text == single[0].text
-    # copies of one prompt (sampled votes) extend the kept examples' cache to the whole prompt but its last token
-    vote = shots + "Q: Ann has 3 apples, buys 4 more, then eats one, and gives two to her brother. 6 plus 6?\nA:"
+    # copies of one prompt (sampled votes) extend a kept prefix to the whole prompt but its last token
+    head = shots + "Q: Ann has 3 apples, buys 4 more, then eats one"
+    embedded.generate_batch([head + ". 1 plus 1?\nA:", head + ", and naps. 2 plus 2?\nA:"], max_tokens=1)
+    vote = head + ", and then she gives two of them to her little brother and one to her sister. 6 plus 6?\nA:"
     row = embedded._ids(vote)[0].tolist()
+    kept = [k for k in embedded._prefix_caches if len(k) < len(row) - 16 and tuple(row[:len(k)]) == k]
+    assert max(map(len, kept)) > len(embedded._ids(shots)[0])      # the head of the vote is kept: it is extended
     alone, = embedded.generate(vote, max_tokens=10, stop=["\n"])
     copies = embedded.generate_batch([vote] * 2, max_tokens=10, stop=["\n"])
     assert tuple(row[:-1]) in embedded._prefix_caches and [c.text for c in copies] == [alone.text] * 2
+    assert max(map(len, kept)) in map(len, embedded._prefix_caches)  # and stays kept beside its extension
     sampled = [embedded.generate_batch(prompts, max_tokens=6, temperature=1.0, seed=3) for _ in range(2)]
     assert [c.text for c in sampled[0]] == [c.text for c in sampled[1]]
     with pytest.raises(ValueError, match="batch_size"):
         embedded.generate_batch(prompts, batch_size=0)
+
+
+def test_a_forked_cache_leaves_the_original_as_it_was(embedded):
+    from transformers import DynamicCache
+
+    from iclr24.llm.hf import fork_cache
+
+    def states(cache):
+        return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+    cache = DynamicCache()
+    with torch.no_grad():
+        embedded.model(input_ids=torch.tensor([embedded.tokenize("one two three four")]), past_key_values=cache)
+        before, length = states(cache), cache.get_seq_length()
+        fork = fork_cache(cache)
+        assert fork.layers[0].keys is cache.layers[0].keys          # shared, not copied
+        fork.crop(-2)
+        embedded.model(input_ids=torch.tensor([embedded.tokenize(" five six seven")]), past_key_values=fork)
+    assert cache.get_seq_length() == length and fork.get_seq_length() != length
+    repeated = fork_cache(cache)
+    repeated.batch_repeat_interleave(3)
+    assert all(torch.equal(k, layer.keys) and torch.equal(v, layer.values)
+               for (k, v), layer in zip(before, cache.layers))
+    static = SimpleNamespace(layers=[SimpleNamespace(keys=torch.zeros(2))])    # not a dynamic layer: copied
+    assert fork_cache(static).layers[0].keys is not static.layers[0].keys
 
 
 def test_generate_batch_falls_back_to_one_call_per_prompt(tmp_path):

@@ -109,6 +109,8 @@ def test_the_mask_allows_exactly_the_tokens_that_keep_the_output_inside_the_form
     assert wider.nonzero().flatten().tolist() == expected      # rows past the vocabulary are never allowed
     with pytest.raises(ValueError, match="logits for a tokenizer of"):
         GrammarConstraint(embedded.tokenizer, fmt, ids.shape[1]).allowed(ids, 100)
+    with pytest.raises(ValueError, match="fewer than the"):               # it follows one growing sequence
+        GrammarConstraint(embedded.tokenizer, fmt, ids.shape[1]).allowed(ids[:, :-1], logits.shape[-1])
     # the constrained distribution is the model's, renormalised over the allowed tokens
     renormalised = torch.log_softmax(logits[0, allowed].double(), -1)
     assert torch.allclose(torch.log_softmax(constrained[0].double(), -1)[allowed], renormalised, atol=1e-9)

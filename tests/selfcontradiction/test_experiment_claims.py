@@ -91,3 +91,10 @@ def test_the_papers_detector_is_judged_once_it_has_scored_30_pairs():
                                                    "labels": labels[:29]}
     fallback = _claims(cfg, sim, detect, "m")[0]      # below 30 pairs: the variant scored on the most pairs
     assert "single-pass P(Yes)): P" in fallback.measured and fallback.evidence.verdict == "holds"
+
+
+def test_detection_is_not_run_when_no_chatprotect_detector_scored_a_pair():
+    cfg = get_experiment("selfcontradiction").config("smoke", [])
+    overlap = {"word overlap (no model)": {**DETECT["ChatProtect (single-pass P(Yes))"], "f1": 0.5}}
+    detection = _claims(cfg, _simulate(cfg, seed=0), overlap, "a server without log-probabilities")[0]
+    assert detection.verdict == "not run" and "no log-probabilities" in detection.evidence.reason

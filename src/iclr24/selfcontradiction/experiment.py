@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
-from iclr24.core.evidence import against, all_of, compare  # noqa: E402
+from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
 from iclr24.llm.base import logprobs_available  # noqa: E402
 from iclr24.selfcontradiction.chatprotect import ChatProtect, ContradictionDetector  # noqa: E402
 from iclr24.selfcontradiction.evaluation import (  # noqa: E402
@@ -367,19 +367,26 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     # the paper's detector (explanation + votes) once it has scored VOTES_JUDGED_AT pairs; below that (smoke, or a
     # short --set vote_pairs) the ChatProtect variant scored on the most pairs, on a tie the paper's
     votes = detect.get("ChatProtect (explanation + votes)")
-    name = "ChatProtect (explanation + votes)" if votes is not None and votes["pairs"] >= VOTES_JUDGED_AT else \
-        max(chatprotect, key=lambda k: detect[k]["pairs"])
-    chosen = detect[name]
-    others = "; ".join(f"{k}: F1 {v['f1']:.2f} on {v['pairs']}" for k, v in detect.items() if k != name)
-    low, high = _f1_interval(chosen["flags"], chosen["labels"])
-    claims.append(Claim(
-        CLAIM_DETECT, paper="ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from "
-                            "the authors' released outputs)",
-        measured=f"{llm_name}, {name}: P {chosen['precision']:.2f}, R {chosen['recall']:.2f} (F1 {chosen['f1']:.2f}) "
-                 f"over {chosen['pairs']} independent labelled pairs at threshold {cfg.threshold:g} (flagging every "
-                 f"pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); F1 95% bootstrap interval "
-                 f"[{low:.2f}, {high:.2f}]; {others}",
-        evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"]), *_versus_baselines(chosen, detect))))
+    paper = ("ChatGPT analysing ChatGPT: P 84.2%, R 83.2%, F1 83.7% (Table 3, recomputed from the authors' released "
+             "outputs)")
+    if not chatprotect:      # vote_pairs=0 and a backend with no log-probabilities: no ChatProtect detector ran
+        claims.append(Claim(CLAIM_DETECT, paper=paper, measured="not measured: no ChatProtect detector scored a pair",
+                            evidence=not_run(f"vote_pairs=0 and {llm_name} returns no log-probabilities for the "
+                                             f"single-pass detector")))
+    else:
+        name = "ChatProtect (explanation + votes)" if votes is not None and votes["pairs"] >= VOTES_JUDGED_AT else \
+            max(chatprotect, key=lambda k: detect[k]["pairs"])
+        chosen = detect[name]
+        others = "; ".join(f"{k}: F1 {v['f1']:.2f} on {v['pairs']}" for k, v in detect.items() if k != name)
+        low, high = _f1_interval(chosen["flags"], chosen["labels"])
+        claims.append(Claim(
+            CLAIM_DETECT, paper=paper,
+            measured=f"{llm_name}, {name}: P {chosen['precision']:.2f}, R {chosen['recall']:.2f} (F1 "
+                     f"{chosen['f1']:.2f}) over {chosen['pairs']} independent labelled pairs at threshold "
+                     f"{cfg.threshold:g} (flagging every pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); F1 "
+                     f"95% bootstrap interval [{low:.2f}, {high:.2f}]; {others}",
+            evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"]),
+                            *_versus_baselines(chosen, detect))))
     places = "prompts (fictional places)"
     per_prompt = sim["per_prompt"]
     claims.append(Claim(
