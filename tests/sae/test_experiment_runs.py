@@ -71,3 +71,14 @@ def test_the_interpretability_claims_report_random_directions_beside_every_metho
         assert "random" in claims[statement]["measured"]
         labels = [p["label"] for p in claims[statement]["evidence"]["parts"]]
         assert labels == [f"token-simulation score, SAE - {b}" for b in ("PCA", "ICA", "neurons", "random")]
+
+
+def test_the_real_lm_patching_claim_is_judged_over_seeds_of_prompts_drawn_over_the_templates(smoke_run):
+    cfg = get_experiment("sae").config("smoke")
+    claim = {c["statement"]: c for c in smoke_run.result["claims"]}[CLAIM_LM_PATCH]
+    evidence = claim["evidence"]
+    assert evidence["kind"] == "compare" and evidence["label"] == "features at the KL target, SAE - PCA"
+    assert evidence["n"] == cfg.lm_patch_seeds >= 3
+    assert evidence["unit"] == f"seeds (each {cfg.lm_patch_prompts} IOI prompt pairs drawn over the templates)"
+    assert f"{cfg.lm_patch_seeds} seeds x {cfg.lm_patch_prompts} IOI prompt pairs" in claim["measured"]
+    assert "the SAE and PCA are fitted once" in claim["measured"]

@@ -3,7 +3,12 @@ import pytest
 import torch
 
 from iclr24.interp import HookedTinyTransformer, ioi_dataset, prompt_lengths
-from iclr24.sae import baseline_decompositions, feature_patching_curve, interpretability_scores
+from iclr24.sae import (
+    baseline_decompositions,
+    feature_patching_curve,
+    feature_patching_curves,
+    interpretability_scores,
+)
 
 
 def test_word_level_ioi_prompts_and_counterfactuals():
@@ -121,3 +126,68 @@ def test_speculative_batches_take_the_decisions_of_the_one_at_a_time_pass(hook):
     np.testing.assert_allclose(one["kl"], many["kl"], rtol=1e-6, atol=1e-9)
     with pytest.raises(ValueError, match="max_batch must be >= 1"):
         feature_patching_curve(model, hook, *args, max_batch=0)
+
+
+def _tiny_setup(templates, n_layers=3):
+    torch.manual_seed(0)
+    data = ioi_dataset(templates=templates)
+    model = HookedTinyTransformer(len(data.vocab), data.clean.shape[1], d_model=16, n_layers=n_layers, n_heads=2,
+                                  d_mlp=32)
+    acts = model.run_with_cache(data.clean[:40], ["blocks.1.hook_resid_pre"])[1]["blocks.1.hook_resid_pre"]
+    return data, model, baseline_decompositions(acts.flatten(0, 1))
+
+
+def test_runs_of_un_patched_features_are_batched_and_take_the_one_at_a_time_decisions():
+    """High thresholds un-patch most candidates in a row: the guess "all un-patched" batches them (fewer forwards),
+    and the curve is still the one-at-a-time pass's."""
+    data, model, bases = _tiny_setup([0, 1])
+    args = (bases["PCA"], data.clean[::97][:6], data.counterfactual[::97][:6], np.array([1e-4, 1e-2, 0.1, 1.0]))
+    forwards = []
+    resume_from = model.resume_from
+
+    def counting_resume_from(*a, **k):
+        run = resume_from(*a, **k)
+        return lambda *x, **y: (forwards.append(1), run(*x, **y))[1]
+
+    model.resume_from = counting_resume_from
+    one = feature_patching_curve(model, "blocks.1.hook_resid_pre", *args, max_batch=1)
+    n_one = len(forwards)
+    forwards.clear()
+    many = feature_patching_curve(model, "blocks.1.hook_resid_pre", *args, max_batch=16)
+    assert one["n_features"] == many["n_features"]
+    assert one["n_features"][1] < one["n_features"][0] - 8  # a long run of un-patched features: the batched branch
+    np.testing.assert_allclose(one["kl"], many["kl"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(one["edit"], many["edit"], rtol=1e-9)
+    assert len(forwards) < n_one / 2
+
+
+def test_curves_for_several_decompositions_equal_each_alone():
+    data, model, bases = _tiny_setup([0, 1])
+    args = (data.clean[::97][:6], data.counterfactual[::97][:6], np.logspace(-5, -1, 4))
+    both = feature_patching_curves(model, "blocks.1.hook_resid_pre", {"PCA": bases["PCA"], "ICA": bases["ICA"]},
+                                   *args, seed=3)
+    for name in ("PCA", "ICA"):
+        alone = feature_patching_curve(model, "blocks.1.hook_resid_pre", bases[name], *args, seed=3)
+        assert both[name]["n_features"] == alone["n_features"]
+        np.testing.assert_allclose(both[name]["kl"], alone["kl"], rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="at least one decomposition"):
+        feature_patching_curves(model, "blocks.1.hook_resid_pre", {}, *args)
+
+
+def test_padding_after_a_prompts_end_is_not_patched():
+    """Prompts of templates of different lengths are right-padded; the activations after a prompt's end differ
+    between its runs but cannot move its output: the patch (and the edit size) covers the real positions only."""
+    data, model, bases = _tiny_setup([2, 3])
+    lengths = prompt_lengths(data.clean)
+    rows = torch.stack([torch.nonzero(lengths == lengths.min())[0, 0], torch.nonzero(lengths == lengths.max())[0, 0]])
+    clean, cf = data.clean[rows], data.counterfactual[rows]
+    hook = "blocks.1.hook_resid_pre"
+    with torch.no_grad():
+        a_c = model.run_with_cache(clean, [hook])[1][hook].double()
+        a_cf = model.run_with_cache(cf, [hook])[1][hook].double()
+    real = torch.arange(clean.shape[1]) < prompt_lengths(clean)[:, None]
+    assert not real[0].all() and not torch.allclose(a_c[0, ~real[0]], a_cf[0, ~real[0]])  # padding differs
+    curve = feature_patching_curve(model, hook, bases["neurons"], clean, cf, np.array([1e9]))
+    expected = float(((a_cf - a_c) * real[..., None]).norm() / a_c.norm())
+    assert curve["edit"][0] == pytest.approx(expected, rel=1e-6)
+    assert curve["kl"][0] == pytest.approx(0.0, abs=1e-6)  # every real position patched: the counterfactual

@@ -12,7 +12,12 @@ Models, hooks and IOI prompts come from :mod:`iclr24.interp`.
 """
 
 from iclr24.sae.autoencoder import SparseAutoencoder
-from iclr24.sae.patching import KL_DIRECTIONS, feature_patching_curve, interpretability_scores
+from iclr24.sae.patching import (
+    KL_DIRECTIONS,
+    feature_patching_curve,
+    feature_patching_curves,
+    interpretability_scores,
+)
 from iclr24.sae.token_simulation import TokenExplanations, orient_signed_codes, token_simulation_scores
 from iclr24.sae.training import (
     Decomposition,
@@ -39,6 +44,7 @@ __all__ = [
     "baseline_decompositions",
     "dead_latents",
     "feature_patching_curve",
+    "feature_patching_curves",
     "fvu",
     "interpretability_scores",
     "l0",

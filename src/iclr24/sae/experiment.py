@@ -10,8 +10,11 @@
 
 Replicates: the toy claim is judged over seeds (``toy_seeds`` toy datasets and SAE sweeps); the others over
 independent prompts, the claims being about a population of inputs to one trained model: disjoint groups of IOI
-prompts (interpretability, patching) or of held-out texts (reconstruction). A decomposition whose patching curve
-never reaches the KL target counts as needing more features than any curve tried.
+prompts (tiny-model interpretability and patching) or of held-out texts (reconstruction, real-LM
+interpretability), and, for the real LM's patching, seeds (``lm_patch_seeds``), each drawing its own IOI prompts
+over every template and its own un-patching order; the SAE and PCA are fitted once per run, so the seeds do not
+vary them. A decomposition whose patching curve never reaches the KL target counts as needing more features than
+any curve tried.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
 from iclr24.interp import (  # noqa: E402
     NAMES,
+    TEXT_TEMPLATES,
     collect_activations,
     english_paragraphs,
     ioi_accuracy,
@@ -41,7 +45,7 @@ from iclr24.interp import (  # noqa: E402
     prompt_lengths,
     train_ioi_model,
 )
-from iclr24.sae.patching import feature_patching_curve, interpretability_scores  # noqa: E402
+from iclr24.sae.patching import feature_patching_curve, feature_patching_curves, interpretability_scores  # noqa: E402
 from iclr24.sae.token_simulation import orient_signed_codes, token_simulation_scores  # noqa: E402
 from iclr24.sae.training import (  # noqa: E402
     Decomposition,
@@ -88,6 +92,8 @@ SIM_MARGIN = 0.05
 # SIM_RANDOM_HELDOUT random ones (the paper's "top and random" scoring).
 SIM_TOKENS, SIM_TOP, SIM_TOP_HELDOUT, SIM_RANDOM_HELDOUT = 5, 20, 10, 10
 PATCH_MARGIN = 0.0  # fewer features than PCA: any improvement
+PATCH_PROMPT_SEED = 10_000  # the real LM's patching prompts: seed PATCH_PROMPT_SEED + replicate seed
+LM_PATCH_MAX_BATCH = 16  # candidate patches per re-run on the real LM (16 copies of the prompts: ~100 sequences)
 FRONTIER_MARGIN = 0.0  # lower FVU than each baseline at equal L0: any improvement
 KL_TARGET = 0.25  # patching target: KL(patched || cf) <= 0.25 x KL(clean || cf) (fixed in the spec, before the run)
 
@@ -134,8 +140,9 @@ class Config:
     lm_interp_groups: int = 5  # groups of the odd-numbered (held-out) texts: the interpretability replicates
     lm_ica_samples: int = 3000
     lm_ica_max_iter: int = 200
-    lm_patch_prompts: int = 6  # each threshold pass re-runs half the model once per feature: the slow part
-    lm_patch_groups: int = 3  # disjoint groups of lm_patch_prompts, each patched on its own
+    # each threshold pass re-runs half the model once per feature (batched): the slow part, linear in the prompts
+    lm_patch_prompts: int = 7  # IOI prompt pairs per seed, drawn over every template
+    lm_patch_seeds: int = 3  # the patching replicates: each draws its prompts and its un-patching order
     lm_patch_thresholds: int = 6
 
     def __post_init__(self) -> None:
@@ -149,10 +156,13 @@ class Config:
         if not self.lm_outlier_factor > 1:
             raise ValueError(f"lm_outlier_factor must be > 1, got {self.lm_outlier_factor}")
         for groups, total in (("patch_groups", "patch_prompts"), ("score_groups", "score_prompts"),
-                              ("lm_patch_groups", "lm_patch_prompts"), ("lm_eval_groups", "lm_eval_samples")):
+                              ("lm_eval_groups", "lm_eval_samples")):
             if not 1 <= getattr(self, groups) <= getattr(self, total):
                 raise ValueError(f"{groups} must be in [1, {total}={getattr(self, total)}], got "
                                  f"{getattr(self, groups)}")
+        for name in ("lm_patch_prompts", "lm_patch_seeds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lm_interp_groups < 1:
             raise ValueError(f"lm_interp_groups must be >= 1, got {self.lm_interp_groups}")
         if self.toy_seeds < 1:
@@ -168,13 +178,13 @@ PRESETS = {
                     sae_ratio=2, sae_steps=30, patch_prompts=6, patch_groups=3, score_prompts=12,
                     score_groups=3, baseline_samples=1000, lm="random-tiny", lm_paragraphs=48, lm_ioi_texts=16,
                     lm_max_tokens=32, lm_l1_sweep=(3e-4,), lm_sae_steps=20, lm_eval_samples=100, lm_eval_groups=3,
-                    lm_ica_samples=300, lm_ica_max_iter=5, lm_patch_prompts=3, lm_patch_groups=3,
+                    lm_ica_samples=300, lm_ica_max_iter=5, lm_patch_prompts=2, lm_patch_seeds=3,
                     **_SMOKE_THRESHOLD_COUNTS),
     "quick": Config(),
     "paper": Config(toy_d=256, toy_features=512, toy_samples=200_000, toy_steps=10_000,
                     l1_sweep=tuple(np.logspace(-4, -2, 8).round(6)), ioi_steps=2000, sae_steps=10_000,
                     lm_paragraphs=700, lm_ioi_texts=400, lm_l1_sweep=(3e-5, 1e-4, 3e-4, 1e-3),
-                    lm_sae_steps=4000, lm_ica_samples=8000, lm_ica_max_iter=1000, lm_patch_prompts=20,
+                    lm_sae_steps=4000, lm_ica_samples=8000, lm_ica_max_iter=1000, lm_patch_prompts=20, lm_patch_seeds=5,
                     **_PAPER_THRESHOLD_COUNTS),
 }
 
@@ -407,26 +417,30 @@ def _real_lm(cfg: Config, ctx: RunContext):
     ctx.log(f"{name} interpretability (token simulation, mean correlation), SAE at l1 {l1_patch:g}: "
             f"{ {k: round(v, 3) for k, v in sim_scores.items()} }")
 
-    # IOI feature patching on the real model: the SAE of the middle l1 against PCA. One template, so
-    # the prompts share their prefix up to the second subject and the re-runs start there.
-    prompts = ioi_prompts(cfg.lm_patch_prompts, seed=ctx.seed + 2, templates=[0], tokenizer=lm.tokenizer)
-    batch = ioi_batch(lm, prompts)
-    with torch.no_grad():
-        ld = logit_difference(lm(batch.tokens, batch.end), batch.io, batch.s)
+    # IOI feature patching on the real model: the SAE of the middle l1 against PCA, once per seed. A seed draws
+    # its prompts over every template and its un-patching order; both decompositions run on the same prompts,
+    # sharing the clean and counterfactual runs and the re-runs' cached prefix.
     patchers = {"SAE": scaled(saes[l1_patch], "SAE"), "PCA": scaled(bases["PCA"], "PCA")}
     thresholds = np.logspace(-4, 0, cfg.lm_patch_thresholds)
-    patch_groups = []
-    for rows in _groups(len(batch), cfg.lm_patch_groups):
-        group = batch.subset(rows)
-        curves = {k: feature_patching_curve(lm, hook, dec, group.tokens, group.counterfactual, thresholds,
-                                            end=group.end, seed=ctx.seed) for k, dec in patchers.items()}
+    patch_groups, lds, templates_seen = [], [], set()
+    for patch_seed in ctx.replicate_seeds(cfg.lm_patch_seeds):
+        # an offset keeps the draws apart from the SAE's IOI training texts (seed ctx.seed + 1)
+        prompts = ioi_prompts(cfg.lm_patch_prompts, seed=PATCH_PROMPT_SEED + patch_seed, tokenizer=lm.tokenizer)
+        templates_seen |= {p.template for p in prompts}
+        batch = ioi_batch(lm, prompts)
+        with torch.no_grad():
+            lds.append(logit_difference(lm(batch.tokens, batch.end), batch.io, batch.s))
+        curves = feature_patching_curves(lm, hook, patchers, batch.tokens, batch.counterfactual, thresholds,
+                                         end=batch.end, seed=patch_seed, max_batch=LM_PATCH_MAX_BATCH)
         patch_groups.append(_patching_group(curves))
+        ctx.log(f"{name} patching seed {patch_seed}: features at the KL target {patch_groups[-1]['needed']}")
+    ld = torch.cat(lds)
     kl_clean = float(np.mean([g["kl_clean"] for g in patch_groups]))
     needed = {k: float(np.mean([g["needed"][k] for g in patch_groups])) for k in patchers}
     reached = {k: sum(g["reached"][k] for g in patch_groups) for k in patchers}
     ctx.log(f"{name} IOI: logit difference {float(ld.mean()):.2f}, accuracy {float((ld > 0).float().mean()):.2f}; "
-            f"features for KL <= {KL_TARGET} x KL(clean || cf), mean over {len(patch_groups)} prompt groups: "
-            f"{needed}; groups reaching the target: {reached}")
+            f"features for KL <= {KL_TARGET} x KL(clean || cf), mean over {len(patch_groups)} seeds: "
+            f"{needed}; seeds reaching the target: {reached}")
 
     metrics = {"lm_layer": layer, "lm_activations": len(acts), "lm_ioi_logit_diff": float(ld.mean()),
                "lm_ioi_accuracy": float((ld > 0).float().mean()), "lm_kl_clean": kl_clean,
@@ -436,7 +450,7 @@ def _real_lm(cfg: Config, ctx: RunContext):
                **{f"lm_l0_l1_{r['l1']:g}": r["l0"] for r in frontier},
                **{f"lm_interp_{k}": v for k, v in sim_scores.items()}}
     text_groups = f"held-out text groups (~{cfg.lm_eval_samples // cfg.lm_eval_groups} activations each)"
-    pair_groups = f"IOI prompt-pair groups ({cfg.lm_patch_prompts // cfg.lm_patch_groups} pairs each)"
+    patch_unit = f"seeds (each {cfg.lm_patch_prompts} IOI prompt pairs drawn over the templates)"
     held_out_groups = f"held-out text groups (~{len(heldout_texts) // cfg.lm_interp_groups} texts each)"
     claims = [
         Claim(CLAIM_LM_FRONTIER, paper=PAPER_LM_FRONTIER,
@@ -452,21 +466,23 @@ def _real_lm(cfg: Config, ctx: RunContext):
                   sim_scores, cfg.lm_interp_groups, "groups of held-out texts"),
               evidence=simulation_evidence(sim, held_out_groups)),
         Claim(CLAIM_LM_PATCH, paper=PAPER_PATCH,
-              measured=(f"{name} {hook}, {len(batch)} prompts in {len(patch_groups)} groups: features for KL <= "
-                        f"{KL_TARGET} x {kl_clean:.2f} (SAE at l1 {l1_patch:g}), mean over groups: "
+              measured=(f"{name} {hook}, {len(patch_groups)} seeds x {cfg.lm_patch_prompts} IOI prompt pairs "
+                        f"({len(ld)} in all, {len(templates_seen)} of {len(TEXT_TEMPLATES)} templates; a seed "
+                        f"draws the prompts and the un-patching order, the SAE and PCA are fitted once): features "
+                        f"for KL <= {KL_TARGET} x {kl_clean:.2f} (SAE at l1 {l1_patch:g}), mean over seeds: "
                         + ", ".join(f"{k} {v:.1f} (reached in {reached[k]})" for k, v in needed.items())),
-              evidence=patching_evidence(patch_groups, pair_groups)),
+              evidence=patching_evidence(patch_groups, patch_unit)),
     ]
     figures = {"lm_fvu_vs_l0.png": _plot_frontier(frontier, bases, x_eval, name, hook),
                "lm_kl_vs_features.png": _plot_curves(patch_groups[0]["curves"], patch_groups[0]["target"],
-                                                     f"{name} {hook}, first prompt group")}
+                                                     f"{name} {hook}, first seed's prompts")}
     tables = {"lm_frontier": [{k: v for k, v in r.items() if k != "groups"} for r in frontier],
               "lm_interpretability": [{"decomposition": k, "token-simulation score (mean)": v}
                                       for k, v in sim_scores.items()],
-              "lm_patching": [{"decomposition": k, "features at KL target (mean)": v, "groups at KL target": reached[k]}
-                              for k, v in needed.items()]}
+              "lm_patching": [{"decomposition": k, "features at KL target (mean over seeds)": v,
+                               "seeds at KL target": reached[k]} for k, v in needed.items()]}
     notes = (f"Real LM: {name}, residual stream entering block {layer} of {lm.n_layers}; IOI logit difference "
-             f"{float(ld.mean()):.2f} on the patched prompts.")
+             f"{float(ld.mean()):.2f} on the {len(ld)} patched prompts.")
     return metrics, tables, figures, claims, notes
 
 
@@ -569,7 +585,8 @@ def _patching_group(curves: dict) -> dict:
 
 
 def patching_evidence(groups: list[dict], unit: str):
-    """The patching claim: over groups of prompts, the SAE needs fewer features than PCA to reach the target."""
+    """The patching claim: over replicates (groups of prompts, or seeds of prompts), the SAE needs fewer features
+    than PCA to reach the target."""
     return compare([g["needed"]["SAE"] for g in groups], [g["needed"]["PCA"] for g in groups], better="lower",
                    margin=PATCH_MARGIN, unit=unit, label="features at the KL target, SAE - PCA")
 
