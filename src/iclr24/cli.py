@@ -19,9 +19,9 @@ from rich.table import Table
 
 from iclr24.core.evidence import tally
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
-from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
+from iclr24.core.experiment import PRESETS, QUICK_BUDGET_S, Experiment, get_experiment, list_experiments
 from iclr24.core.report import build_report, claim_verdict
-from iclr24.core.runner import RunRecord, latest_run, run_time, sandbox_isolation
+from iclr24.core.runner import RunRecord, latest_run, reference_time, reference_times, run_time, sandbox_isolation
 from iclr24.core.seeds import latest_seed_group, parse_seeds, write_seed_group
 
 app = typer.Typer(
@@ -72,10 +72,23 @@ def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder 
         claims = "\n".join(f"- {c}" + (f": {_styled(verdicts[c])}" if c in verdicts else "") for c in exp.claims)
         quick = latest_run(runs, exp.name, preset="quick")
         latest = _latest_summary(record)
-        if record is not None and (quick is None or quick.run_dir != record.run_dir):  # the quick time, too
-            latest += f"\nquick: {run_time(quick.result)}" if quick else "\nquick: not run"
+        if quick is None:  # what it cost where it was measured, until it has run here
+            latest += f"\nquick: {_reference_quick_time(exp.name)}"
+        elif record is not None and quick.run_dir != record.run_dir:  # the quick time, too
+            latest += f"\nquick: {run_time(quick.result)}"
         table.add_row(exp.name, exp.paper, claims, latest)
     console.print(table)
+
+
+def _reference_quick_time(name: str) -> str:
+    """``"not run here; 806 s on a 2-core x86 machine (reference, ...)"``, or ``"not run"`` with no reference."""
+    wall = reference_time(name)
+    if wall is None:
+        return "not run"
+    table = reference_times()
+    over = f", over the {QUICK_BUDGET_S:.0f} s budget" if wall > QUICK_BUDGET_S else ""
+    return f"not run here; {wall:.0f} s{over} on {table.get('machine', 'the reference machine')} " \
+           f"(reference, {table.get('measured', 'undated')})"
 
 
 def _latest_summary(record: RunRecord | None) -> str:

@@ -12,6 +12,15 @@ def invoke(*args):
     return runner.invoke(cli.app, list(args))
 
 
+@pytest.fixture
+def wide_console(monkeypatch):
+    """A console wide enough that table cells do not wrap. Rich fixes a console's width when it is built if
+    COLUMNS is set then, so passing COLUMNS to one invocation is not enough in every test process."""
+    from rich.console import Console
+
+    monkeypatch.setattr(cli, "console", Console(width=400))
+
+
 def test_list_shows_registered_methods(toys, tmp_path):
     result = invoke("list", "--runs", str(tmp_path))
     assert result.exit_code == 0 and "hyperattention" in result.output and "toy" in result.output
@@ -28,15 +37,27 @@ def test_list_shows_each_latest_run_time_and_verdicts(toys, tmp_path):
     assert f"{r['wall_time_s']:.0f} s (CPU {r['cpu_time_s']:.0f} s); {record.run_dir.name})" in summary
 
 
-def test_list_shows_the_latest_quick_run_time_beside_the_latest_run(toys, tmp_path):
+def test_list_shows_the_latest_quick_run_time_beside_the_latest_run(toys, tmp_path, wide_console):
     from iclr24.core import run
 
     quick = run("toy", preset="quick", runs_dir=tmp_path, quiet=True)
     run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)  # newer, but not the quick preset
-    result = runner.invoke(cli.app, ["list", "--runs", str(tmp_path)], env={"COLUMNS": "400"})
+    result = runner.invoke(cli.app, ["list", "--runs", str(tmp_path)])
     assert result.exit_code == 0
     r = quick.result
     assert f"quick: {r['wall_time_s']:.0f} s (CPU {r['cpu_time_s']:.0f} s)" in result.output
+
+
+def test_list_quotes_the_reference_quick_time_until_a_method_has_run_here(monkeypatch, tmp_path, wide_console):
+    from iclr24.core.runner import reference_time
+
+    result = runner.invoke(cli.app, ["list", "--runs", str(tmp_path)])
+    assert result.exit_code == 0
+    wall = reference_time("sae")
+    assert f"quick: not run here; {wall:.0f} s" in result.output and "(reference, " in result.output
+    monkeypatch.setattr(cli, "reference_time", lambda name, preset="quick": None)
+    result = runner.invoke(cli.app, ["list", "--runs", str(tmp_path)])
+    assert "not run here" not in result.output and "quick: not run" in result.output
 
 
 def test_a_run_time_names_a_quick_preset_past_its_budget():

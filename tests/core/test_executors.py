@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,14 @@ JOBS = [Job("orthogonal_classifier", "smoke", 0), Job("orthogonal_classifier", "
 
 
 def raylets() -> int:
-    """Live processes whose command line names Ray's raylet (read from /proc; 0 where there is none)."""
+    """Live raylets of clusters this process started (read from /proc; 0 where there is none). Ray names a
+    cluster's session folder after the pid of the driver that started it, and a raylet's command line holds its
+    socket there; raylets of other processes (another test worker, Flower's simulation) are not ours to count."""
+    ours = f"_{os.getpid()}/sockets/raylet".encode()
     count = 0
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            count += b"raylet" in cmdline.read_bytes()
+            count += ours in cmdline.read_bytes()
         except OSError:  # the process ended while we looked
             continue
     return count
@@ -41,6 +45,7 @@ def test_a_cluster_started_for_the_runs_is_shut_down_after_them(tmp_path):
 def cluster():
     before = raylets()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    assert raylets() > before  # the count sees this cluster's raylet, so a zero after shutdown means something
     yield
     ray.shutdown()
     assert raylets() <= before  # no orphan Ray processes

@@ -49,3 +49,38 @@ def test_the_pool_starts_the_longest_expected_runs_first(monkeypatch, tmp_path):
     jobs = [Job(name, "quick", 0) for name in walls]
     # unknown first (it may be long), then by the last measured time; ties keep the jobs' order
     assert executors._longest_first(jobs, [0, 1, 2, 3], tmp_path) == [2, 1, 0, 3]
+
+
+def test_a_fresh_folder_starts_the_longest_reference_run_first(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from iclr24.core import executors
+
+    here = {"ran_here": 50.0}  # a run in the folder outweighs the reference
+    reference = {"long": 800.0, "short": 20.0, "ran_here": 900.0}
+    monkeypatch.setattr(executors, "latest_run", lambda runs_dir, name, preset=None: None if name not in here
+                        else SimpleNamespace(result={"wall_time_s": here[name], "preset": preset}))
+    monkeypatch.setattr(executors, "reference_time", lambda name, preset="quick": reference.get(name))
+    jobs = [Job(name, "quick", 0) for name in ("short", "ran_here", "unknown", "long")]
+    assert executors._longest_first(jobs, [0, 1, 2, 3], tmp_path) == [2, 3, 1, 0]
+
+
+def test_the_shipped_reference_times_cover_every_method():
+    from iclr24.core.methods import METHOD_PACKAGES
+    from iclr24.core.runner import reference_time, reference_times
+
+    table = reference_times()
+    assert table["machine"] and table["measured"]
+    assert sorted(table["quick"]) == sorted(METHOD_PACKAGES)
+    assert all(reference_time(name) > 0 for name in METHOD_PACKAGES)
+    assert reference_time("sae", "smoke") is None  # only quick presets are measured
+
+
+def test_a_missing_or_damaged_reference_table_is_no_hint(tmp_path):
+    from iclr24.core.runner import reference_times
+
+    assert reference_times(tmp_path / "missing.json") == {}
+    (tmp_path / "bad.json").write_text("{not json")
+    assert reference_times(tmp_path / "bad.json") == {}
+    (tmp_path / "wrong.json").write_text('{"quick": [1, 2]}')
+    assert reference_times(tmp_path / "wrong.json") == {}

@@ -49,7 +49,8 @@ def host_processes_with(marker: str) -> list[int]:
 
 
 def leftover_cgroups() -> list[Path]:
-    return [p for p in Path("/sys/fs/cgroup").rglob("iclr24-sandbox-*") if p.is_dir()] if ROOT else []
+    """This process's sandbox cgroups (named after the caller's pid; other test workers make their own)."""
+    return [p for p in Path("/sys/fs/cgroup").rglob(f"iclr24-sandbox-{os.getpid()}-*") if p.is_dir()] if ROOT else []
 
 
 def test_the_callers_files_are_out_of_reach_through_proc(tmp_path):
@@ -143,7 +144,8 @@ def test_host_processes_cannot_be_seen_signalled_or_traced():
 
 
 def test_killing_its_parent_and_init_leaves_nothing_behind():
-    before = {p.name for p in Path(tempfile.gettempdir()).glob("iclr24-sandbox-*")}
+    mine = f"iclr24-sandbox-{os.getpid()}-*"  # other test workers make their own
+    before = {p.name for p in Path(tempfile.gettempdir()).glob(mine)}
     marker = f"{secrets.randbelow(10**6)}.{secrets.randbelow(10**6)}"
     result = run(f"""
         import os
@@ -156,7 +158,7 @@ def test_killing_its_parent_and_init_leaves_nothing_behind():
     """, timeout_s=2)
     assert result.timed_out and result.duration < 6
     assert host_processes_with(marker) == []
-    assert {p.name for p in Path(tempfile.gettempdir()).glob("iclr24-sandbox-*")} == before
+    assert {p.name for p in Path(tempfile.gettempdir()).glob(mine)} == before
     assert leftover_cgroups() == []
 
 

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 
 def sandbox_dirs():
-    return {p.name for p in Path(tempfile.gettempdir()).glob("iclr24-sandbox-*")}
+    """This process's sandbox folders (named after the caller's pid; other test workers make their own)."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"iclr24-sandbox-{os.getpid()}-*")}
 
 
 def test_runs_a_program_with_its_files_and_exit_code():

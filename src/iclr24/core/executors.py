@@ -21,7 +21,17 @@ from pathlib import Path
 
 from iclr24.core.experiment import get_experiment
 from iclr24.core.io import write_bytes_atomic, write_json_atomic
-from iclr24.core.runner import _HOST, RunRecord, _pid_alive, _publish, latest_run, load_run, new_tmp_folder, run_header
+from iclr24.core.runner import (
+    _HOST,
+    RunRecord,
+    _pid_alive,
+    _publish,
+    latest_run,
+    load_run,
+    new_tmp_folder,
+    reference_time,
+    run_header,
+)
 from iclr24.core.runner import run as run_local
 
 __all__ = ["EXECUTORS", "Job", "require_ray", "run_jobs"]
@@ -126,10 +136,13 @@ def _run_in_processes(jobs: Sequence[Job], which: list[int], records: list, runs
 def _longest_first(jobs: Sequence[Job], which: list[int], runs_dir: Path) -> list[int]:
     """``which``, the longest expected run first, so the pool ends on short runs rather than waiting on a long one
     started last (the classic longest-processing-time rule). The expected time is the wall time of the latest run
-    of the same method and preset under ``runs_dir``; runs never timed there go first, in the jobs' order."""
+    of the same method and preset under ``runs_dir``, else the shipped reference time (a fresh folder); runs with
+    neither go first, in the jobs' order."""
     def expected(i: int) -> float:
         record = latest_run(runs_dir, jobs[i].name, preset=jobs[i].preset)
         wall = record.result.get("wall_time_s") if record is not None else None
+        if wall is None:
+            wall = reference_time(jobs[i].name, jobs[i].preset)
         return float("inf") if wall is None else float(wall)
 
     return sorted(which, key=lambda i: -expected(i))  # stable: ties keep the jobs' order

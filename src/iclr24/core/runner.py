@@ -385,6 +385,31 @@ def run_time(result: Mapping[str, Any]) -> str:
     return text
 
 
+#: Where the reference quick times live: written by ``benchmarks/run_all.py --record`` from a measured
+#: ``iclr24 run all``, shipped with the package. Not a result: a scheduling hint (which run to start first in a
+#: fresh folder) and what ``iclr24 list`` quotes before a method has run here.
+REFERENCE_TIMES = Path(__file__).with_name("reference_times.json")
+
+
+def reference_times(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The reference measurement: ``{"machine": ..., "measured": ..., "quick": {name: {"wall_s", "cpu_s"}}}``;
+    empty when the file is missing or unreadable (the hint is optional: nothing depends on it)."""
+    try:
+        table = json.loads(Path(path or REFERENCE_TIMES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) and isinstance(table.get("quick"), dict) else {}
+
+
+def reference_time(name: str, preset: str = "quick") -> float | None:
+    """The reference wall seconds of ``name``'s ``preset`` run (only quick is measured), or None."""
+    if preset != "quick":
+        return None
+    entry = reference_times().get("quick", {}).get(name)
+    wall = entry.get("wall_s") if isinstance(entry, dict) else None
+    return float(wall) if isinstance(wall, (int, float)) else None
+
+
 def latest_runs(runs_dir: str | os.PathLike) -> dict[str, RunRecord]:
     """The most recent completed run of every experiment under ``runs_dir``, by name."""
     runs_dir = Path(runs_dir)
