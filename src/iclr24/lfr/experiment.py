@@ -86,7 +86,10 @@ class Config:
 PRESETS = {
     "smoke": Config(tables=("wine",), seeds=1, n_projectors=2, table_epochs=2, series_epochs=1, image_epochs=1,
                     series_samples=120, series_length=32, canvas=8),
-    "quick": Config(),
+    # Smaller than the Config defaults (50 / 30 / 20 epochs), for a run of about 150 CPU seconds on one thread: at
+    # both sizes all four verdicts are the same (inconclusive), measured on seeds 0-2; docs/lfr.md "Profile and run
+    # time" gives both sizes' effects and the neighbouring sizes that were tried.
+    "quick": Config(table_epochs=35, series_epochs=5, image_epochs=3),
     "paper": Config(seeds=5, table_epochs=100, series_epochs=100, image_epochs=60, series_samples=3000),
 }
 
