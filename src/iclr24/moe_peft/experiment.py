@@ -39,7 +39,8 @@ from iclr24.core.evidence import against, all_of, compare, given  # noqa: E402
 from iclr24.moe_peft.baselines import peft_ia3, peft_lora  # noqa: E402
 from iclr24.moe_peft.model import MoEModel, MoLoRAConfig, MoVConfig, get_moe_model  # noqa: E402
 from iclr24.moe_peft.routing import routing_mutual_information  # noqa: E402
-from iclr24.moe_peft.tasks import SkillTasks, Trainer, accuracy, fit, mlp_base  # noqa: E402
+from iclr24.moe_peft.stacked import StackedTrainer  # noqa: E402
+from iclr24.moe_peft.tasks import SkillTasks, accuracy, mlp_base  # noqa: E402
 
 PAPER = ("Pushing Mixture of Experts to the Limit: Extremely Parameter Efficient MoE for Instruction Tuning "
          "(Zadouri, Üstün, Ahmadian, Ermiş, Locatelli, Hooker, ICLR 2024)")
@@ -150,33 +151,39 @@ def _sweep(name: str, base: torch.nn.Module, cfg: Config, seed: int, lrs: tuple[
 
     Successive halving with one rung, its rule fixed before any result: every rate trains ``cfg.screen``
     epochs; the ``cfg.screen_keep`` best by validation accuracy (ties: the earlier rate of the grid) go on to
-    ``cfg.epochs`` from where they stopped, and the best of those is chosen (ties alike). A continued model is
-    the model a full-length fit trains, bit for bit (:class:`Trainer`). With ``screen_keep >= len(lrs)`` every
-    rate trains to the full length, as a plain grid search does.
+    ``cfg.epochs`` from where they stopped, and the best of those is chosen (ties alike). The rates train side
+    by side (:class:`StackedTrainer`), and a continued model is the model a full-length fit trains, bit for bit.
+    With ``screen_keep >= len(lrs)`` every rate trains to the full length, as a plain grid search does.
     """
     screening = _screening(cfg, lrs)
-    runs, rows = [], []
-    for lr in lrs:
+    models = []
+    for _ in lrs:
         torch.manual_seed(seed)  # the same adapter initialisation and batch order for every run
-        trainer = Trainer(_adapt(name, base, cfg), lr=lr, generator=torch.Generator().manual_seed(seed))
-        trainer.run(*train, epochs=cfg.screen if screening else cfg.epochs, batch_size=cfg.batch_size)
-        runs.append((trainer, accuracy(trainer.model, *val)))
+        models.append(_adapt(name, base, cfg))
+    # the rates train side by side as one batched model, each as it would alone (bit for bit)
+    trainer = StackedTrainer(models, lrs=lrs, generators=[torch.Generator().manual_seed(seed) for _ in lrs])
+    trainer.run([train] * len(lrs), epochs=cfg.screen if screening else cfg.epochs, batch_size=cfg.batch_size)
+    trainer.write_back()
+    scores, rows = [], []
+    for lr, model in zip(lrs, models):
+        scores.append(accuracy(model, *val))
         rows.append({"method": LABELS[name], "lr": lr, "epochs": trainer.epochs_done,
-                     "validation accuracy": round(runs[-1][1], 4)})
-        advance(method=name, lr=lr, val=round(runs[-1][1], 3))
+                     "validation accuracy": round(scores[-1], 4)})
+        advance(method=name, lr=lr, val=round(scores[-1], 3))
+    candidates = range(len(lrs))
     if screening:
         # the stable sort keeps grid order among ties
-        kept = sorted(sorted(range(len(lrs)), key=lambda i: -runs[i][1])[:cfg.screen_keep])
-        for i in kept:
-            trainer = runs[i][0]
-            trainer.run(*train, epochs=cfg.epochs - trainer.epochs_done, batch_size=cfg.batch_size)
-            runs[i] = (trainer, accuracy(trainer.model, *val))
+        candidates = sorted(sorted(range(len(lrs)), key=lambda i: -scores[i])[:cfg.screen_keep])
+        trainer = trainer.subset(candidates)
+        trainer.run([train] * len(candidates), epochs=cfg.epochs - trainer.epochs_done, batch_size=cfg.batch_size)
+        trainer.write_back()
+        for i in candidates:
+            scores[i] = accuracy(models[i], *val)
             rows.append({"method": LABELS[name], "lr": lrs[i], "epochs": trainer.epochs_done,
-                         "validation accuracy": round(runs[i][1], 4)})
-            advance(method=name, lr=lrs[i], val=round(runs[i][1], 3))
-        runs = [runs[i] if i in kept else None for i in range(len(lrs))]
-    best = max((i for i, r in enumerate(runs) if r is not None), key=lambda i: (runs[i][1], -i))
-    return lrs[best], runs[best][0].model, rows
+                         "validation accuracy": round(scores[i], 4)})
+            advance(method=name, lr=lrs[i], val=round(scores[i], 3))
+    best = max(candidates, key=lambda i: (scores[i], -i))
+    return lrs[best], models[best], rows
 
 
 @experiment(
@@ -199,39 +206,56 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     grids = [_grid(n, cfg) for n in names]
     total = sum(len(lrs) + (cfg.screen_keep if _screening(cfg, lrs) else 0) for lrs in grids) \
         + (cfg.seeds - 1) * len(names) + cfg.seeds
+    seeds = ctx.replicate_seeds(cfg.seeds)
+    generators = [torch.Generator().manual_seed(seed) for seed in seeds]  # a seed's data and batch orders
     with ctx.progress("pretraining and adapting", total=total) as bar:
-        for s, seed in enumerate(ctx.replicate_seeds(cfg.seeds)):
-            g = torch.Generator().manual_seed(seed)
+        # Independent fits of one architecture train side by side as one batched model, each bit for bit as it
+        # would alone (StackedTrainer): the seeds' bases, each method's rates, each method's other seeds.
+        bases, pretraining, pretraining_test = [], [], []
+        for seed, g in zip(seeds, generators):
             torch.manual_seed(seed)
-            base = mlp_base(family.input_dim, cfg.hidden, cfg.n_classes)
-            X_pre, y_pre, _ = family.sample(family.pretraining_tasks(), cfg.pretrain_per_task, g)
-            X_pre_test, y_pre_test, _ = family.sample(family.pretraining_tasks(), cfg.eval_per_task, g)
-            fit(base, X_pre, y_pre, epochs=cfg.pretrain_epochs, lr=1e-3, batch_size=cfg.batch_size, generator=g)
-            base_accuracy.append(accuracy(base, X_pre_test, y_pre_test))
+            bases.append(mlp_base(family.input_dim, cfg.hidden, cfg.n_classes))
+            pretraining.append(family.sample(family.pretraining_tasks(), cfg.pretrain_per_task, g)[:2])
+            pretraining_test.append(family.sample(family.pretraining_tasks(), cfg.eval_per_task, g)[:2])
+        pretrainer = StackedTrainer(bases, lrs=[1e-3] * len(seeds), generators=generators)
+        pretrainer.run(pretraining, epochs=cfg.pretrain_epochs, batch_size=cfg.batch_size)
+        pretrainer.write_back()
+        data = []
+        for base, test, g in zip(bases, pretraining_test, generators):
+            base_accuracy.append(accuracy(base, *test))
             base.requires_grad_(False)
             bar.advance(pretrained=round(base_accuracy[-1], 3))
             X, y, _ = family.sample(train_tasks, cfg.adapt_per_task, g)
             X_val, y_val, _ = family.sample(train_tasks, cfg.eval_per_task, g)
             X_test, y_test, task_test = family.sample(train_tasks, cfg.eval_per_task, g)
             X_held, y_held, _ = family.sample(held_out_tasks, cfg.eval_per_task, g)
-            for name in names:
-                if s == 0:  # the first seed chooses each method's rate; the others reuse it
-                    lr_of[name], model, rows = _sweep(name, base, cfg, seed, _grid(name, cfg), (X, y),
-                                                      (X_val, y_val), bar.advance)
-                    sweep_rows += rows
-                else:
-                    torch.manual_seed(seed)  # the same adapter initialisation and batch order for every run
-                    model = _adapt(name, base, cfg)
-                    fit(model, X, y, epochs=cfg.epochs, lr=lr_of[name], batch_size=cfg.batch_size,
-                        generator=torch.Generator().manual_seed(seed))
-                    bar.advance(method=name, lr=lr_of[name])
+            data.append({"train": (X, y), "val": (X_val, y_val), "test": (X_test, y_test), "task": task_test,
+                         "held": (X_held, y_held)})
+        for name in names:
+            # the first seed chooses each method's rate; the others reuse it
+            lr_of[name], chosen, rows = _sweep(name, bases[0], cfg, seeds[0], _grid(name, cfg), data[0]["train"],
+                                              data[0]["val"], bar.advance)
+            sweep_rows += rows
+            others = []
+            for seed, base in zip(seeds[1:], bases[1:]):
+                torch.manual_seed(seed)  # the same adapter initialisation and batch order for every run
+                others.append(_adapt(name, base, cfg))
+            if others:
+                trainer = StackedTrainer(others, lrs=[lr_of[name]] * len(others),
+                                         generators=[torch.Generator().manual_seed(seed) for seed in seeds[1:]])
+                trainer.run([d["train"] for d in data[1:]], epochs=cfg.epochs, batch_size=cfg.batch_size)
+                trainer.write_back()
+            for model, d in zip([chosen, *others], data):
                 fractions[name] = _trainable(model)
-                mixture[name].append(accuracy(model, X_test, y_test))
-                held_out[name].append(accuracy(model, X_held, y_held))
+                mixture[name].append(accuracy(model, *d["test"]))
+                held_out[name].append(accuracy(model, *d["held"]))
                 if name == "mov10":
-                    routing.append(_routing(model, X_test, task_test, len(train_tasks), seed))
-            ctx.log(f"seed {seed}: base {base_accuracy[-1]:.3f}; " + ", ".join(
-                f"{n} {mixture[n][-1]:.3f}/{held_out[n][-1]:.3f}" for n in names))
+                    routing.append(_routing(model, d["test"][0], d["task"], len(train_tasks), seeds[len(routing)]))
+            for _ in others:
+                bar.advance(method=name, lr=lr_of[name])
+        for s, seed in enumerate(seeds):
+            ctx.log(f"seed {seed}: base {base_accuracy[s]:.3f}; " + ", ".join(
+                f"{n} {mixture[n][s]:.3f}/{held_out[n][s]:.3f}" for n in names))
 
     screen_note = (f" (each rate screened for {cfg.screen} epochs, the best {cfg.screen_keep} continued to "
                    f"{cfg.epochs})" if any(_screening(cfg, lrs) for lrs in grids) else "")
