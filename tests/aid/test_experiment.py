@@ -16,6 +16,7 @@ from iclr24.aid.experiment import (
     train_variant,
     train_variants,
 )
+from iclr24.aid.training import recall_accuracy
 from iclr24.core.experiment import get_experiment
 from iclr24.core.runner import run
 
@@ -91,6 +92,10 @@ def test_the_variants_trained_together_equal_the_variants_one_by_one():
         assert history_twin.train_loss == pytest.approx(history.train_loss, rel=1e-6, abs=0)
         for p, q in zip(model.parameters(), twin.parameters()):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+        # the claims read the trained model's accuracies from the history's last evaluation (at the last step)
+        assert history_twin.steps[-1] == cfg.steps
+        for split in ("seen", "unseen"):
+            assert history_twin.accuracy[split][-1] == recall_accuracy(twin, held_twin[split])
 
 
 def test_config_errors():
