@@ -80,6 +80,38 @@ def test_resume_from_a_cached_prefix_equals_the_whole_patched_run(build):
         torch.testing.assert_close(run(patch[:, 4:], positions, halve), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("build", MODELS.values(), ids=MODELS.keys())
+def test_ragged_resume_re_runs_each_prompt_from_its_own_start(build):
+    """Every row resumes from its own prompt's start (cached before it), rows pick prompts in any order and
+    number, and a window may run past the position read and the sequence: the logits are the whole patched run's."""
+    lm = build()
+    tokens = torch.randint(50, (3, 8))
+    other = tokens.clone()
+    other[:, 4:] = torch.randint(50, (3, 4))
+    name = "blocks.1.hook_resid_pre"
+    with torch.no_grad():
+        patch = lm.run_with_cache(other, [name])[1][name]
+        full = lm.run_with_hooks(tokens, {name: lambda _: patch})
+        starts, rows = torch.tensor([2, 4, 0]), torch.tensor([0, 1, 2, 1, 0])
+        run = lm.resume_ragged(tokens, 1, starts)
+        window = starts[rows][:, None] + torch.arange(5)  # row 1 (start 4) runs past the sequence's 8 positions
+        positions = torch.tensor([6, 7, 4, 5, 3])
+        got = run(patch[rows[:, None], window.clamp(max=7)], positions, rows)
+        torch.testing.assert_close(got, full[rows, positions], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(run(patch[rows[:, None], window.clamp(max=7)], positions, rows), got)  # reusable
+        assert len(lm.blocks) == 3  # the blocks are put back
+        # a row whose prefix is shorter than the others' must not see their cached positions: patch position 2
+        moved = patch.clone()
+        moved[:, 2] += 1.0
+        expected = lm.run_with_hooks(tokens, {name: lambda _: moved})[2, 5]
+        torch.testing.assert_close(run(moved[2:3, 0:6], torch.tensor([5]), torch.tensor([2]))[0], expected, rtol=1e-5,
+                                   atol=1e-5)
+        with pytest.raises(ValueError, match="inside its window"):
+            run(patch[rows[:, None], window.clamp(max=7)], positions - 4, rows)
+        with pytest.raises(ValueError, match="rows must be"):
+            run(patch[rows[:, None], window.clamp(max=7)], positions, rows + 3)
+
+
 def test_bad_names_and_unknown_architectures():
     lm = llama()
     with pytest.raises(ValueError, match="unknown hook name 'blocks.3.hook_resid_pre'"):

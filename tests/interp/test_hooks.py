@@ -99,6 +99,28 @@ def test_resume_from_equals_patching_the_whole_model():
         model.resume_from(tokens, 1, prefix=6)
 
 
+def test_ragged_resume_patches_each_rows_window_only():
+    """Each row keeps the clean run before its own start and after its window; rows pick prompts in any order."""
+    model = tiny(n_layers=3)
+    tokens, other = torch.randint(10, (3, 6)), torch.randint(10, (3, 6))
+    name = "blocks.1.hook_resid_pre"
+    with torch.no_grad():
+        clean = model.run_with_cache(tokens, [name])[1][name]
+        patch = model.run_with_cache(other, [name])[1][name]
+        run = model.resume_ragged(tokens, 1, torch.tensor([1, 3, 4]))
+        rows, positions = torch.tensor([2, 0, 1, 0]), torch.tensor([5, 2, 5, 1])
+        window = torch.tensor([4, 1, 3, 1])[:, None] + torch.arange(3)  # row 2's window runs past the sequence
+        got = run(patch[rows[:, None], window.clamp(max=5)], positions, rows)
+        for k, (row, start) in enumerate(zip(rows.tolist(), window[:, 0].tolist())):
+            mixed = clean[row:row + 1].clone()
+            mixed[:, start:start + 3] = patch[row:row + 1, start:start + 3]
+            expected = model.run_with_hooks(tokens[row:row + 1], {name: lambda _, m=mixed: m},
+                                            positions=positions[k:k + 1])
+            torch.testing.assert_close(got[k:k + 1], expected)
+        with pytest.raises(ValueError, match="inside its window"):
+            run(patch[rows[:, None], window.clamp(max=5)], positions - 1, rows)
+
+
 def test_hook_layer_and_bad_arguments():
     assert hook_layer("blocks.12.mlp.hook_post") == 12
     with pytest.raises(ValueError, match="names no block"):

@@ -6,6 +6,7 @@ from iclr24.interp import HookedTinyTransformer, ioi_dataset, prompt_lengths
 from iclr24.sae import (
     baseline_decompositions,
     feature_patching_curve,
+    feature_patching_curve_sets,
     feature_patching_curves,
     interpretability_scores,
 )
@@ -143,13 +144,13 @@ def test_runs_of_un_patched_features_are_batched_and_take_the_one_at_a_time_deci
     data, model, bases = _tiny_setup([0, 1])
     args = (bases["PCA"], data.clean[::97][:6], data.counterfactual[::97][:6], np.array([1e-4, 1e-2, 0.1, 1.0]))
     forwards = []
-    resume_from = model.resume_from
+    resume_ragged = model.resume_ragged
 
-    def counting_resume_from(*a, **k):
-        run = resume_from(*a, **k)
+    def counting_resume_ragged(*a, **k):
+        run = resume_ragged(*a, **k)
         return lambda *x, **y: (forwards.append(1), run(*x, **y))[1]
 
-    model.resume_from = counting_resume_from
+    model.resume_ragged = counting_resume_ragged
     one = feature_patching_curve(model, "blocks.1.hook_resid_pre", *args, max_batch=1)
     n_one = len(forwards)
     forwards.clear()
@@ -191,3 +192,42 @@ def test_padding_after_a_prompts_end_is_not_patched():
     expected = float(((a_cf - a_c) * real[..., None]).norm() / a_c.norm())
     assert curve["edit"][0] == pytest.approx(expected, rel=1e-6)
     assert curve["kl"][0] == pytest.approx(0.0, abs=1e-6)  # every real position patched: the counterfactual
+
+
+def test_prompt_sets_in_lockstep_on_a_hooked_lm_equal_each_set_alone():
+    """On a HookedLM every pass's trials run in one ragged forward (each prompt from its own first differing token);
+    the curves are those of each set and decomposition alone through resume_from (one prefix per batch)."""
+    pytest.importorskip("transformers")
+    from tests.interp.tiny_models import llama
+
+    torch.manual_seed(0)
+    lm, hook = llama(), "blocks.1.hook_resid_pre"
+    sets = []
+    for seed, differ in ((0, [3, 5, 4]), (1, [2, 6])):
+        clean = torch.randint(50, (len(differ), 9))
+        cf = clean.clone()
+        for row, at in enumerate(differ):
+            cf[row, at] = (cf[row, at] + 1) % 50
+        sets.append((clean, cf, torch.tensor([8, 7, 8][:len(differ)]), seed))
+    with torch.no_grad():
+        acts = torch.cat([lm.run_with_cache(c, [hook])[1][hook].flatten(0, 1) for c, *_ in sets])
+    bases = baseline_decompositions(acts)
+    decompositions = {"PCA": bases["PCA"], "neurons": bases["neurons"]}
+    kl_clean = feature_patching_curves(lm, hook, decompositions, *sets[0][:2], np.array([]), end=sets[0][2])
+    thresholds = kl_clean["PCA"]["kl_clean"] * np.logspace(-3, 0, 4)
+    together = feature_patching_curve_sets(lm, hook, decompositions, sets, thresholds, max_batch=4)
+
+    class OnePrefix:  # the same model without resume_ragged: each set alone, one prefix per batch
+        def __getattr__(self, name):
+            if name == "resume_ragged":
+                raise AttributeError(name)
+            return getattr(lm, name)
+
+    for (clean, cf, end, seed), curves in zip(sets, together):
+        alone = feature_patching_curves(OnePrefix(), hook, decompositions, clean, cf, thresholds, end=end, seed=seed,
+                                        max_batch=4)
+        for name in decompositions:
+            assert curves[name]["n_features"] == alone[name]["n_features"]
+            np.testing.assert_allclose(curves[name]["kl"], alone[name]["kl"], rtol=1e-5, atol=1e-9)
+            np.testing.assert_allclose(curves[name]["edit"], alone[name]["edit"], rtol=1e-9)
+    assert any(0 < c[n]["n_features"][-2] < c[n]["n_features"][0] for c in together for n in c)  # decisions both ways

@@ -414,6 +414,80 @@ class HookedLM(nn.Module):
 
         return run
 
+    def resume_ragged(self, tokens: Tensor, layer: int, starts: Tensor):
+        """:meth:`resume_from` with a prefix of its own for every prompt, and re-runs of any prompts in one batch.
+
+        Prompt ``i``'s first ``starts[i]`` positions are computed once (their keys and values cached); a re-run
+        runs only the positions from ``starts[i]`` on, from block ``layer``. Returns
+        ``run(resid, positions, rows) -> logits (b, vocab)``: ``rows`` ``(b,)`` picks a prompt for each re-run
+        (any prompt, any number of times), ``resid`` ``(b, W, d_model)`` replaces ``blocks.{layer}.hook_resid_pre``
+        at that prompt's positions ``starts[row] .. starts[row] + W - 1`` (one window width for the batch), and
+        the logits are read at ``positions`` ``(b,)``, which must lie in each row's window. A window may run past a
+        prompt's end (or its sequence): those positions come after every position read, so they never change
+        the logits. Each row attends to its own cached prefix only (the other prompts' longer prefixes are
+        masked), with its own position ids, so its logits are those of :meth:`resume_from` with
+        ``prefix=starts[row]`` (up to floating-point order).
+        """
+        check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
+        check_int("layer", layer, minimum=0)
+        if layer >= self.n_layers:
+            raise ValueError(f"layer must be < n_layers={self.n_layers}, got {layer}")
+        n, T = tokens.shape
+        starts = check_positions(starts, n, T)
+        from transformers import DynamicCache
+
+        base, width = self.model.base_model, int(starts.max()) if n else 0
+        kv = []  # per block from `layer` on: the cached prefix's (keys, values), (n, heads, width, d_head)
+        if width:
+            prefix_cache = DynamicCache()
+            with torch.no_grad():
+                base(input_ids=tokens[:, :width], use_cache=True, **{self._cache_kwarg: prefix_cache})
+            kv = [(entry.keys, entry.values) for entry in prefix_cache.layers[layer:]]
+        cached = torch.arange(width) < starts[:, None]  # (n, width): the cached positions each prompt attends to
+        all_blocks, config = self.blocks, self.model.config
+        d_model = self.model.get_output_embeddings().weight.shape[1]
+
+        def run(resid: Tensor, positions: Tensor, rows: Tensor) -> Tensor:
+            rows = torch.as_tensor(rows).long()
+            if rows.ndim != 1 or (len(rows) and not 0 <= int(rows.min()) <= int(rows.max()) < n):
+                raise ValueError(f"rows must be one prompt index in [0, {n}) per re-run, got {rows.tolist()[:8]}")
+            b = len(rows)
+            if resid.ndim != 3 or resid.shape[0] != b or resid.shape[2] != d_model:
+                raise ValueError(f"resid must be (len(rows), window, d_model) = ({b}, W, {d_model}), got "
+                                 f"{tuple(resid.shape)}")
+            W, first = resid.shape[1], starts[rows]
+            positions = torch.as_tensor(positions).long()
+            if positions.shape != (b,) or bool(((positions < first) | (positions >= first + W)).any()):
+                raise ValueError(f"positions must be one index per re-run inside its window [starts[row], "
+                                 f"starts[row] + {W}), got {positions.tolist()[:8]}")
+            position_ids = first[:, None] + torch.arange(W)  # (b, W)
+            input_ids = tokens[rows[:, None], position_ids.clamp(max=T - 1)]  # replaced at block `layer` anyway
+            mask = torch.cat([cached[rows], torch.ones(b, W, dtype=torch.bool)], 1).long()  # (b, width + W)
+            kwargs = {"use_cache": False}
+            if width:
+                # the skipped blocks' entries are never read; they only give the cache its length
+                stub = torch.zeros(b, 1, width, 1, dtype=resid.dtype)
+                cache = DynamicCache(ddp_cache_data=[(stub, stub)] * layer + [(k[rows], v[rows]) for k, v in kv])
+                kwargs = {"use_cache": True, self._cache_kwarg: cache}
+            # prepend: a user's hook on this block's resid_pre would see `resid`
+            handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True,
+                                                                 prepend=True)
+            setattr(self._blocks_parent, self._blocks_attr, nn.ModuleList(all_blocks[layer:]))
+            layer_types = getattr(config, "layer_types", None)
+            if layer_types is not None:
+                config.layer_types = layer_types[layer:]
+            try:
+                hidden = base(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                              **kwargs).last_hidden_state
+            finally:
+                setattr(self._blocks_parent, self._blocks_attr, all_blocks)
+                if layer_types is not None:
+                    config.layer_types = layer_types
+                handle.remove()
+            return self.model.get_output_embeddings()(hidden[torch.arange(b), positions - first])
+
+        return run
+
 
 def padding_mask(lengths: Tensor, width: int, *, padding_side: str = "right") -> Tensor:
     """The ``attention_mask`` ``(batch, width)`` of texts of ``lengths`` padded on ``padding_side``."""

@@ -213,6 +213,48 @@ class HookedTinyTransformer(nn.Module):
 
         return run
 
+    def resume_ragged(self, tokens: Tensor, layer: int, starts: Tensor):
+        """A re-run from block ``layer``'s residual stream with a start of its own for every prompt, and re-runs
+        of any prompts in one batch: :meth:`iclr24.interp.HookedLM.resume_ragged`'s contract.
+
+        Returns ``run(resid, positions, rows) -> logits (b, vocab)``: ``rows`` ``(b,)`` picks a prompt for each
+        re-run, ``resid`` ``(b, W, d_model)`` replaces that prompt's ``blocks.{layer}.hook_resid_pre`` at positions
+        ``starts[row] .. starts[row] + W - 1`` (those past the sequence are dropped), every other position keeps
+        the clean run's value, and the logits are read at ``positions``, inside each row's window.
+        """
+        check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
+        check_int("layer", layer, minimum=0)
+        if layer >= self.n_layers:
+            raise ValueError(f"layer must be < n_layers={self.n_layers}, got {layer}")
+        n, T = tokens.shape
+        starts = check_positions(starts, n, T)
+        with torch.no_grad():
+            head = cache_only(self, tokens, [f"blocks.{layer}.hook_resid_pre"])[f"blocks.{layer}.hook_resid_pre"]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), 1)
+
+        def run(resid: Tensor, positions: Tensor, rows: Tensor) -> Tensor:
+            rows = torch.as_tensor(rows).long()
+            if rows.ndim != 1 or (len(rows) and not 0 <= int(rows.min()) <= int(rows.max()) < n):
+                raise ValueError(f"rows must be one prompt index in [0, {n}) per re-run, got {rows.tolist()[:8]}")
+            b = len(rows)
+            if resid.ndim != 3 or resid.shape[0] != b or resid.shape[2] != head.shape[2]:
+                raise ValueError(f"resid must be (len(rows), window, d_model) = ({b}, W, {head.shape[2]}), got "
+                                 f"{tuple(resid.shape)}")
+            first = starts[rows]
+            positions = torch.as_tensor(positions).long()
+            if positions.shape != (b,) or bool(((positions < first) | (positions >= first + resid.shape[1])).any()):
+                raise ValueError(f"positions must be one index per re-run inside its window [starts[row], "
+                                 f"starts[row] + {resid.shape[1]}), got {positions.tolist()[:8]}")
+            index = first[:, None] + torch.arange(resid.shape[1])  # (b, W)
+            inside = index < T
+            x = head[rows].index_put((torch.arange(b)[:, None].expand_as(index)[inside], index[inside]),
+                                     resid[inside])
+            for block in self.blocks[layer:]:
+                x = block(x, mask)
+            return self.unembed(self.ln_final(x[torch.arange(b), positions]))
+
+        return run
+
     def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook], positions: Tensor | None = None) -> Tensor:
         """Logits with ``hooks[name](activation)`` applied at the named points (removed afterwards)."""
         points = self.hook_points()

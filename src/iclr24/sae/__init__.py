@@ -15,6 +15,7 @@ from iclr24.sae.autoencoder import SparseAutoencoder
 from iclr24.sae.patching import (
     KL_DIRECTIONS,
     feature_patching_curve,
+    feature_patching_curve_sets,
     feature_patching_curves,
     interpretability_scores,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "baseline_decompositions",
     "dead_latents",
     "feature_patching_curve",
+    "feature_patching_curve_sets",
     "feature_patching_curves",
     "fvu",
     "interpretability_scores",

@@ -45,7 +45,7 @@ from iclr24.interp import (  # noqa: E402
     prompt_lengths,
     train_ioi_model,
 )
-from iclr24.sae.patching import feature_patching_curve, feature_patching_curves, interpretability_scores  # noqa: E402
+from iclr24.sae.patching import feature_patching_curve_sets, interpretability_scores  # noqa: E402
 from iclr24.sae.token_simulation import orient_signed_codes, token_simulation_scores  # noqa: E402
 from iclr24.sae.training import (  # noqa: E402
     Decomposition,
@@ -262,12 +262,11 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         ctx.log(f"LLM-explainer score (mean correlation): { {k: round(v, 3) for k, v in llm_scores.items()} }")
     patched = train_set.subset(torch.randperm(len(train_set.answer), generator=gen)[:cfg.patch_prompts])
     thresholds = np.logspace(-4, 0, cfg.patch_thresholds)
-    patch_groups = []  # per group of prompts: the curves, the target, the features needed (censored) and edits
-    for rows in _groups(cfg.patch_prompts, cfg.patch_groups):
-        group = patched.subset(rows)
-        curves = {name: feature_patching_curve(model, HOOK, dec, group.clean, group.counterfactual, thresholds,
-                                               seed=ctx.seed) for name, dec in decompositions.items()}
-        patch_groups.append(_patching_group(curves))
+    # per group of prompts: the curves, the target, the features needed (censored) and edits; every group's and
+    # decomposition's greedy pass runs in lockstep, their trials in shared forwards
+    groups = [patched.subset(rows) for rows in _groups(cfg.patch_prompts, cfg.patch_groups)]
+    patch_groups = [_patching_group(curves) for curves in feature_patching_curve_sets(
+        model, HOOK, decompositions, [(g.clean, g.counterfactual, None, ctx.seed) for g in groups], thresholds)]
     needed = {name: float(np.mean([g["needed"][name] for g in patch_groups])) for name in decompositions}
     reached = {name: sum(g["reached"][name] for g in patch_groups) for name in decompositions}
     for name in sim_groups:
@@ -422,16 +421,19 @@ def _real_lm(cfg: Config, ctx: RunContext):
     # sharing the clean and counterfactual runs and the re-runs' cached prefix.
     patchers = {"SAE": scaled(saes[l1_patch], "SAE"), "PCA": scaled(bases["PCA"], "PCA")}
     thresholds = np.logspace(-4, 0, cfg.lm_patch_thresholds)
-    patch_groups, lds, templates_seen = [], [], set()
-    for patch_seed in ctx.replicate_seeds(cfg.lm_patch_seeds):
+    patch_groups, lds, templates_seen, prompt_sets = [], [], set(), []
+    patch_seeds = ctx.replicate_seeds(cfg.lm_patch_seeds)
+    for patch_seed in patch_seeds:
         # an offset keeps the draws apart from the SAE's IOI training texts (seed ctx.seed + 1)
         prompts = ioi_prompts(cfg.lm_patch_prompts, seed=PATCH_PROMPT_SEED + patch_seed, tokenizer=lm.tokenizer)
         templates_seen |= {p.template for p in prompts}
         batch = ioi_batch(lm, prompts)
         with torch.no_grad():
             lds.append(logit_difference(lm(batch.tokens, batch.end), batch.io, batch.s))
-        curves = feature_patching_curves(lm, hook, patchers, batch.tokens, batch.counterfactual, thresholds,
-                                         end=batch.end, seed=patch_seed, max_batch=LM_PATCH_MAX_BATCH)
+        prompt_sets.append((batch.tokens, batch.counterfactual, batch.end, patch_seed))
+    # every seed's SAE and PCA passes run in lockstep, their trials in one forward
+    for patch_seed, curves in zip(patch_seeds, feature_patching_curve_sets(
+            lm, hook, patchers, prompt_sets, thresholds, max_batch=LM_PATCH_MAX_BATCH)):
         patch_groups.append(_patching_group(curves))
         ctx.log(f"{name} patching seed {patch_seed}: features at the KL target {patch_groups[-1]['needed']}")
     ld = torch.cat(lds)

@@ -20,7 +20,8 @@ from iclr24.core.checks import check_tensor
 from iclr24.core.progress import progress
 from iclr24.interp import check_positions, hook_layer
 
-__all__ = ["KL_DIRECTIONS", "feature_patching_curve", "feature_patching_curves", "interpretability_scores"]
+__all__ = ["KL_DIRECTIONS", "feature_patching_curve", "feature_patching_curve_sets", "feature_patching_curves",
+           "interpretability_scores"]
 
 #: ``"patched||counterfactual"`` is what the authors' code computes (and the default);
 #: ``"counterfactual||patched"`` weighs the counterfactual's likely tokens instead.
@@ -75,10 +76,30 @@ def feature_patching_curves(model, hook: str, decompositions: dict, clean: Tenso
                             max_batch: int = 32) -> dict[str, dict]:
     """:func:`feature_patching_curve` for each of ``decompositions`` (name -> decomposition) on the same prompts.
 
-    The clean and counterfactual runs and the re-runs' cached prefix are computed once for all of them. Re-runs
-    are made for batches of a power-of-two number of copies (a smaller batch is padded with copies of its first
-    row, whose outputs are dropped), so only ``log2(max_batch) + 1`` prefixes are ever cached. Each curve is the
-    one :func:`feature_patching_curve` gives for that decomposition alone.
+    The clean and counterfactual runs and the re-runs' cached prefix are computed once for all of them, and their
+    greedy passes run in lockstep (:func:`feature_patching_curve_sets`). On a model without ``resume_ragged``,
+    re-runs are made for batches of a power-of-two number of copies (a smaller batch is padded with copies of its
+    first row, whose outputs are dropped), so only ``log2(max_batch) + 1`` prefixes are ever cached. Each curve is
+    the one :func:`feature_patching_curve` gives for that decomposition alone.
+    """
+    return feature_patching_curve_sets(model, hook, decompositions, [(clean, counterfactual, end, seed)], thresholds,
+                                       kl_direction=kl_direction, max_batch=max_batch)[0]
+
+
+def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_sets: list, thresholds: np.ndarray, *,
+                                kl_direction: str = "patched||counterfactual", max_batch: int = 32,
+                                max_rows: int = 1024) -> list[dict[str, dict]]:
+    """:func:`feature_patching_curves` for several sets of prompts, each ``(clean, counterfactual, end, seed)``.
+
+    Every greedy pass (one set's prompts and one decomposition) runs in lockstep with the others: each round,
+    every unfinished pass proposes its next batch of trials, and they are evaluated together. On a model with
+    ``resume_ragged`` (:class:`~iclr24.interp.HookedLM`) and a residual-stream hook, the trials of all passes run
+    in one forward (up to ``max_rows`` re-run prompts; the weights are read once), and each prompt is re-run from
+    its block and from its own first token that differs between its two runs (with one prefix for the whole
+    batch, prompts of different templates re-ran the positions after the earliest one). Elsewhere each set's
+    trials run as in :func:`feature_patching_curves`. The passes share nothing but the forward, so each curve is
+    the one :func:`feature_patching_curve` gives for that set and decomposition alone (up to floating-point
+    order). Returns one ``{name: curve}`` per set, in order.
     """
     if kl_direction not in KL_DIRECTIONS:
         raise ValueError(f"kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
@@ -86,59 +107,122 @@ def feature_patching_curves(model, hook: str, decompositions: dict, clean: Tenso
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     if not decompositions:
         raise ValueError("decompositions must name at least one decomposition")
-    check_tensor("clean", clean, ndim=2, shape_doc="(n_prompts, seq)")
-    if counterfactual.shape != clean.shape:
-        raise ValueError(f"counterfactual must have clean's shape {tuple(clean.shape)}, got "
-                         f"{tuple(counterfactual.shape)}")
-    if end is None:
-        if getattr(model, "tokenizer", None) is not None:  # a HookedLM pads with its own id, not 0
-            raise ValueError("end is required for a model with a tokenizer: pass end=lengths - 1")
-        end = (clean != 0).sum(1) - 1
-    end = check_positions(end, clean.shape[0], clean.shape[1])
+    if not prompt_sets:
+        raise ValueError("prompt_sets must hold at least one (clean, counterfactual, end, seed)")
+    ragged = hook.endswith("hook_resid_pre") and hasattr(model, "resume_ragged")
     with torch.no_grad():
+        sets = [_PromptSet(model, hook, *prompt_set, kl_direction=kl_direction, ragged=ragged)
+                for prompt_set in prompt_sets]
+        if ragged:  # every set's prompts in one re-run, each from its own first differing token
+            width = max(s.clean.shape[1] for s in sets)
+            tokens = torch.cat([F.pad(s.clean, (0, width - s.clean.shape[1])) for s in sets])
+            rerun = model.resume_ragged(tokens, hook_layer(hook), torch.cat([s.starts for s in sets]))
+            first_row = np.cumsum([0] + [len(s.clean) for s in sets]).tolist()
+
+        def evaluate(requests: dict) -> dict:
+            """The KL of every trial of every pass: ``{(set, name): patched activations (b, n, W, d)}`` -> KLs."""
+            if not ragged:
+                return {key: sets[key[0]].kl_of(sets[key[0]].outputs(acts)) for key, acts in requests.items()}
+            out, chunk, rows = {}, [], 0
+            for key, acts in [*requests.items(), (None, None)]:  # a sentinel flushes the last chunk
+                b, n = (0, 0) if acts is None else acts.shape[:2]
+                if chunk and (acts is None or rows + b * n > max_rows):
+                    W = max(a.shape[2] for _, a in chunk)
+                    resid = torch.cat([F.pad(a, (0, 0, 0, W - a.shape[2])).flatten(0, 1) for _, a in chunk])
+                    index = torch.cat([first_row[k[0]] + torch.arange(a.shape[1]).repeat(a.shape[0]) for k, a in chunk])
+                    ends = torch.cat([sets[k[0]].end.repeat(a.shape[0]) for k, a in chunk])
+                    logits = rerun(resid, ends, index).split([a.shape[0] * a.shape[1] for _, a in chunk])
+                    for (k, a), part in zip(chunk, logits):
+                        out[k] = sets[k[0]].kl_of(part.view(*a.shape[:2], -1))
+                    chunk, rows = [], 0
+                if acts is not None:
+                    chunk.append((key, acts))
+                    rows += b * n
+            return out
+
+        passes = {(i, name): _greedy_curve(dec, s.a_c, s.a_cf, s.real, s.window, thresholds, seed=s.seed,
+                                           max_batch=max_batch)
+                  for i, s in enumerate(sets) for name, dec in decompositions.items()}
+        requests = {key: next(p) for key, p in passes.items()}
+        curves = {}
+        while requests:
+            for key, kls in evaluate(requests).items():
+                try:
+                    requests[key] = passes[key].send(kls)
+                except StopIteration as done:
+                    curves[key] = done.value
+                    del requests[key]
+    return [{name: curves[i, name] for name in decompositions} for i in range(len(sets))]
+
+
+class _PromptSet:
+    """One set of prompts: the clean and counterfactual runs, the positions each re-run covers and how its trials
+    are run when the model has no ``resume_ragged``."""
+
+    def __init__(self, model, hook: str, clean: Tensor, counterfactual: Tensor, end: Tensor | None, seed: int, *,
+                 kl_direction: str, ragged: bool) -> None:
+        check_tensor("clean", clean, ndim=2, shape_doc="(n_prompts, seq)")
+        if counterfactual.shape != clean.shape:
+            raise ValueError(f"counterfactual must have clean's shape {tuple(clean.shape)}, got "
+                             f"{tuple(counterfactual.shape)}")
+        if end is None:
+            if getattr(model, "tokenizer", None) is not None:  # a HookedLM pads with its own id, not 0
+                raise ValueError("end is required for a model with a tokenizer: pass end=lengths - 1")
+            end = (clean != 0).sum(1) - 1
+        n, T = clean.shape
+        end = check_positions(end, n, T)
+        self.model, self.hook, self.clean, self.end, self.seed = model, hook, clean, end, seed
+        self.kl_direction = kl_direction
         _, cache_c = model.run_with_cache(clean, [hook], positions=end)
         cf_logits, cache_cf = model.run_with_cache(counterfactual, [hook], positions=end)
-        log_p_cf = F.log_softmax(cf_logits.double(), -1)
+        self.a_c, self.a_cf = cache_c[hook], cache_cf[hook]
+        self.log_p_cf = F.log_softmax(cf_logits.double(), -1)
         # Positions before the first token that differs are the same in both runs: a residual-stream
         # hook re-runs only from its block and only from that position on.
-        differs_at = (clean != counterfactual).any(0).nonzero()
+        differs = clean != counterfactual
+        differs_at = differs.any(0).nonzero()
         prefix = int(differs_at[0]) if len(differs_at) else 0
         if int(end.min()) < prefix:
             raise ValueError(f"end must not come before the first differing token ({prefix}), got {end.tolist()[:8]}")
-        fast = hook.endswith("hook_resid_pre") and hasattr(model, "resume_from")
-        offset = prefix if fast else 0
-        reruns = {}  # batch size (a power of two) -> a re-run of that many copies of the prompts
-
-        def outputs(acts: Tensor) -> Tensor:
-            """Logits at ``end`` for ``b`` patched activations ``(b, n, T - offset, d)``: ``(b, n, vocab)``."""
-            b, n = acts.shape[:2]
-            if fast:
-                size = 1 << (b - 1).bit_length()
-                if size not in reruns:
-                    reruns[size] = model.resume_from(clean.repeat(size, 1), hook_layer(hook), prefix=prefix)
-                padded = torch.cat([acts, acts[:1].expand(size - b, *acts.shape[1:])]) if size > b else acts
-                logits = reruns[size](padded.flatten(0, 1), end.repeat(size))[:b * n]
-            else:
-                flat = acts.flatten(0, 1)
-                logits = model.run_with_hooks(clean.repeat(b, 1), {hook: lambda _: flat}, positions=end.repeat(b))
-            return logits.view(b, n, -1)
-
-        def kl_of(logits: Tensor) -> list[float]:
-            """KL(patched || cf) (or the reverse), mean over prompts, for each of ``b`` patches ``(b, n, vocab)``."""
-            log_q = F.log_softmax(logits.double(), -1)
-            kl = _kl(log_q, log_p_cf) if kl_direction == "patched||counterfactual" else _kl(log_p_cf, log_q)
-            return kl.mean(-1).tolist()
-
         # right padding (positions after a prompt's end) never reaches its output: it is not patched
-        real = torch.arange(clean.shape[1]) <= end[:, None]  # (n, T)
-        return {name: _greedy_curve(dec, cache_c[hook], cache_cf[hook], real, offset, outputs, kl_of, thresholds,
-                                    seed=seed, max_batch=max_batch)
-                for name, dec in decompositions.items()}
+        self.real = torch.arange(T) <= end[:, None]  # (n, T)
+        if ragged:  # each prompt from its own first differing token (its end where nothing differs before it)
+            self.starts = torch.where((differs & self.real).any(1), (differs & self.real).int().argmax(1), end)
+            width = int((end - self.starts).max()) + 1
+            self.window = (self.starts[:, None] + torch.arange(width)).clamp(max=T - 1)  # (n, W)
+            return
+        self.fast = hook.endswith("hook_resid_pre") and hasattr(model, "resume_from")
+        self.prefix = prefix if self.fast else 0
+        self.window = torch.arange(self.prefix, T).expand(n, -1)
+        self.reruns = {}  # batch size (a power of two) -> a re-run of that many copies of the prompts
+
+    def outputs(self, acts: Tensor) -> Tensor:
+        """Logits at ``end`` for ``b`` patched activations ``(b, n, T - prefix, d)``: ``(b, n, vocab)``."""
+        b, n = acts.shape[:2]
+        clean, end, hook = self.clean, self.end, self.hook
+        if self.fast:
+            size = 1 << (b - 1).bit_length()
+            if size not in self.reruns:
+                self.reruns[size] = self.model.resume_from(clean.repeat(size, 1), hook_layer(hook), prefix=self.prefix)
+            padded = torch.cat([acts, acts[:1].expand(size - b, *acts.shape[1:])]) if size > b else acts
+            logits = self.reruns[size](padded.flatten(0, 1), end.repeat(size))[:b * n]
+        else:
+            flat = acts.flatten(0, 1)
+            logits = self.model.run_with_hooks(clean.repeat(b, 1), {hook: lambda _: flat}, positions=end.repeat(b))
+        return logits.view(b, n, -1)
+
+    def kl_of(self, logits: Tensor) -> list[float]:
+        """KL(patched || cf) (or the reverse), mean over prompts, for each of ``b`` patches ``(b, n, vocab)``."""
+        log_q = F.log_softmax(logits.double(), -1)
+        kl = _kl(log_q, self.log_p_cf) if self.kl_direction == "patched||counterfactual" else _kl(self.log_p_cf, log_q)
+        return kl.mean(-1).tolist()
 
 
-def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, offset: int, outputs, kl_of, thresholds, *,
-                  seed: int, max_batch: int) -> dict:
-    """The greedy un-patching pass of :func:`feature_patching_curve` for one decomposition."""
+def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, window: Tensor, thresholds, *,
+                  seed: int, max_batch: int):
+    """The greedy un-patching pass of :func:`feature_patching_curve` for one decomposition, as a generator: it
+    yields the patched activations of a batch of trials at the re-run positions ``window`` ``(n, W)``,
+    ``(b, n, W, d)``, is sent their KLs, and returns the curve."""
     raw_c, raw_cf = decomposition.encode(a_c), decomposition.encode(a_cf)
     raw_cf = torch.where(real[..., None], raw_cf, raw_c)  # padding keeps its clean codes
     code_dtype = raw_c.dtype  # each decomposition decodes codes in the dtype it encodes to
@@ -149,20 +233,21 @@ def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, offset
     codes_c, codes_cf = raw_c.double(), raw_cf.double()
     a_c = a_c.double()
     error_c = a_c - decode(codes_c)
-    # only positions offset: are re-run; codes before them are the same in every patch
-    codes_c_run, codes_cf_run, error_run = codes_c[:, offset:], codes_cf[:, offset:], error_c[:, offset:]
+    # only the window's positions are re-run; codes before them are the same in every patch
+    rows = torch.arange(len(window))[:, None]
+    codes_c_run, codes_cf_run, error_run = codes_c[rows, window], codes_cf[rows, window], error_c[rows, window]
 
-    def kl_many(masks: Tensor) -> list[float]:
-        """KL for each patched set ``(b, n_features)``."""
-        codes = torch.where(masks[:, None, None], codes_cf_run, codes_c_run)  # (b, n, T - offset, F)
-        return kl_of(outputs((decode(codes) + error_run).float()))
+    def kl_many(masks: Tensor):
+        """KL for each patched set ``(b, n_features)`` (a generator: yields the activations, returns the KLs)."""
+        codes = torch.where(masks[:, None, None], codes_cf_run, codes_c_run)  # (b, n, W, F)
+        return (yield (decode(codes) + error_run).float())
 
     def edit_size(patched: Tensor) -> float:
         return float((decode(torch.where(patched, codes_cf, codes_c)) - decode(codes_c)).norm() / a_c.norm())
 
     differs = (codes_c != codes_cf).flatten(0, -2).any(0)  # features that change anywhere
     patched = differs.clone()
-    kl_clean, kl_now = kl_many(torch.stack([torch.zeros_like(patched), patched]))
+    kl_clean, kl_now = yield from kl_many(torch.stack([torch.zeros_like(patched), patched]))
     curve_n, curve_kl, curve_edit = [int(patched.sum())], [kl_now], [edit_size(patched)]
     order = torch.nonzero(differs).flatten()
     order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))]
@@ -178,13 +263,13 @@ def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, offset
                     masks = patched.expand(len(trial), -1).clone()
                     for j, f in enumerate(trial):
                         masks[j:, f] = False
-                    kls = kl_many(masks)
+                    kls = yield from kl_many(masks)
                 else:  # trial j is run on the current patched set
                     todo = [f for f in trial if f not in known]  # tried at an earlier threshold, same set
                     if todo:
                         masks = patched.expand(len(todo), -1).clone()
                         masks[torch.arange(len(todo)), torch.tensor(todo)] = False
-                        known.update(zip(todo, kl_many(masks)))
+                        known.update(zip(todo, (yield from kl_many(masks))))
                     kls = [known[f] for f in trial]
                 # the sequential decisions, up to and including the first that goes against the guess: each
                 # of those trials was run on exactly the patched set the sequential pass has at that point
