@@ -282,6 +282,99 @@ def test_a_forked_cache_leaves_the_original_as_it_was(embedded):
     assert fork_cache(static).layers[0].keys is not static.layers[0].keys
 
 
+@pytest.mark.parametrize("T, mask", [(1, "padded"), (1, None), (5, "padded"), (5, None)])
+def test_shared_prefix_attention_is_sdpa_over_the_prefix_repeated(T, mask):
+    from transformers import DynamicCache
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from iclr24.llm.hf import shared_prefix_attention
+
+    torch.manual_seed(0)
+    B, H, Hkv, P, S, D = 3, 6, 2, 7, 9, 4
+    module = SimpleNamespace(layer_idx=0, num_key_value_groups=H // Hkv, is_causal=True)
+    query, key, value = torch.randn(B, H, T, D), torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
+    prefix = DynamicCache()
+    prefix.update(torch.randn(1, Hkv, P, D), torch.randn(1, Hkv, P, D), 0)
+    causal = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+    own = causal.expand(B, 1, T, S).clone()
+    if mask == "padded":
+        own[1, ..., :3] = False  # row 1 starts with 3 padding tokens
+    full = torch.cat([torch.ones(B, 1, T, P, dtype=torch.bool), own], -1)
+    keys, values = (torch.cat([t.expand(B, -1, -1, -1), own_t], 2)
+                    for t, own_t in ((prefix.layers[0].keys, key), (prefix.layers[0].values, value)))
+    expected, _ = sdpa_attention_forward(module, query, keys, values, full, scaling=0.5)
+    got, _ = shared_prefix_attention(module, query, key, value, own if mask else None, scaling=0.5,
+                                     shared_prefix=prefix)
+    assert got.shape == (B, T, H, D) and torch.allclose(got, expected, atol=1e-6)
+    plain, _ = shared_prefix_attention(module, query, key, value, own, scaling=0.5)  # no prefix: SDPA itself
+    assert torch.equal(plain, sdpa_attention_forward(module, query, key, value, own, scaling=0.5)[0])
+
+
+def test_embedded_shared_prefix_attention_decodes_what_the_repeated_prefix_decodes(embedded):
+    shots = "".join(f"Q: {a} times {a + 1}?\nA: {a * (a + 1)}\n\n" for a in (3, 10, 25, 40))
+    prompts = [shots + f"Q: {a} times {a + 1}?\nA:" for a in (7, 150, 12, 9)]
+    prompts[2] = shots + "Q: a longer question, with more of its own tokens: 12 times 13?\nA:"  # padding
+    implementation = embedded.model.config._attn_implementation
+    repeated = embedded.generate_batch(prompts, max_tokens=12, stop=["\n\n"])
+    embedded.shared_prefix_attention = True
+    try:
+        shared = embedded.generate_batch(prompts, max_tokens=12, stop=["\n\n"])
+        sampled = [embedded.generate_batch(prompts, max_tokens=6, temperature=1.0, seed=3) for _ in range(2)]
+    finally:
+        embedded.shared_prefix_attention = False
+    assert [(c.text, c.finish_reason, c.completion_tokens) for c in shared] == \
+        [(c.text, c.finish_reason, c.completion_tokens) for c in repeated]
+    assert [c.text for c in sampled[0]] == [c.text for c in sampled[1]]
+    assert embedded.model.config._attn_implementation == implementation  # switched for the batch only
+
+
+def test_embedded_kept_rows_let_a_continuation_encode_only_its_new_tokens(embedded):
+    shots = "".join(f"Q: {a} times {a + 1}?\nA: {a * (a + 1)}\n\n" for a in (3, 10, 25, 40))
+    prompts = [shots + f"Q: {a} times {a + 1}?\nA:" for a in (7, 150, 12)]
+    embedded.shared_prefix_attention, embedded.keep_rows = True, 8
+    try:
+        first = embedded.generate_batch(prompts, max_tokens=8, stop=["\n"])
+        follow = [p + c.text + "\nQ: and 2 times 3?\nA:" for p, c in zip(prompts, first)]  # like a tool's output
+        rows = [embedded._ids(f)[0].tolist() for f in follow]
+        prefix_len = embedded._prefix_cache(rows, repeat=False)[0]
+        reused = [embedded._kept_row(r, prefix_len) for r in rows]
+        own = [len(embedded._ids(p)[0]) - prefix_len for p in prompts]
+        assert all(k is not None and k[0] > n for k, n in zip(reused, own))  # the prompt and some reply kept
+        continued = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
+        embedded._row_caches.clear()
+        afresh = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
+    finally:
+        embedded.shared_prefix_attention, embedded.keep_rows = False, 0
+        embedded._row_caches.clear()
+    assert [(c.text, c.completion_tokens) for c in continued] == [(c.text, c.completion_tokens) for c in afresh]
+
+
+def test_lookup_draft_copies_what_followed_the_latest_match():
+    from iclr24.llm.hf import lookup_draft
+
+    assert lookup_draft([1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3], 2) == [7, 1]      # the latest of two matches
+    assert lookup_draft([4, 5, 6, 4, 5], 3) == [6, 4, 5]                    # a 2-gram when no 3-gram matches
+    assert lookup_draft([4, 5, 6, 7, 5], 3) == [] and lookup_draft([1, 2, 1, 2], 0) == []
+
+
+def test_embedded_drafted_rows_decode_what_step_by_step_decodes(embedded):
+    loop = "".join(f"x{i} = {i}\n" for i in range(6))  # text a model goes on copying
+    prompts = [loop, "Q: 12 times 13?\nA:", loop + "y = 1\n"]
+    calls = []
+    hook = embedded.model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        plain = embedded.generate_batch(prompts, max_tokens=24, stop=["y = 3"])
+        steps, calls[:] = len(calls), []
+        embedded.draft_tokens = 6
+        drafted = embedded.generate_batch(prompts, max_tokens=24, stop=["y = 3"])
+    finally:
+        embedded.draft_tokens = 0
+        hook.remove()
+    assert [(c.text, c.finish_reason, c.completion_tokens) for c in drafted] == \
+        [(c.text, c.finish_reason, c.completion_tokens) for c in plain]
+    assert len(calls) < steps  # several tokens a step
+
+
 def test_generate_batch_falls_back_to_one_call_per_prompt(tmp_path):
     from iclr24.llm import LoggedModel, format_chat, generate_batch
 

@@ -114,7 +114,12 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     """Direct, CoT, PAL and ToRA on the same seeded problems; then output space shaping end to end."""
     from iclr24.llm import LoggedModel, get_model
 
-    llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
+    model = get_model()
+    if hasattr(model, "shared_prefix_attention"):  # a local transformers model (docs/tora.md, Profile): the few-shot
+        model.shared_prefix_attention = True        # examples held once per batch, each row's states kept for
+        model.keep_rows = CHUNK                     # ToRA's next round (it continues what the model wrote), and
+        model.draft_tokens = 8                      # a batch's last rows drafted by prompt lookup
+    llm = LoggedModel(model, ctx.path("llm_calls.jsonl"))
     ctx.log(f"language model: {llm.name}")
     sets = {"one_step": (gsm_problems(cfg.n_one_step, seed=ctx.seed, digits=cfg.digits, steps=(1,)), "gsm"),
             "two_step": (gsm_problems(cfg.n_two_step, seed=ctx.seed, digits=cfg.digits, steps=(2,)), "gsm")}
