@@ -112,6 +112,18 @@ def test_ragged_resume_re_runs_each_prompt_from_its_own_start(build):
             run(patch[rows[:, None], window.clamp(max=7)], positions, rows + 3)
 
 
+def test_a_ragged_window_past_the_last_position_embedding():
+    """A window running past the sequence must not index a learned position table (GPT-2) past its end."""
+    lm = gpt2()  # n_positions=32
+    tokens = torch.randint(50, (2, 32))
+    name = "blocks.1.hook_resid_pre"
+    with torch.no_grad():
+        patch = lm.run_with_cache(tokens, [name])[1][name]
+        run = lm.resume_ragged(tokens, 1, torch.tensor([0, 30]))
+        got = run(torch.stack([patch[0, 0:3], patch[1, [30, 31, 31]]]), torch.tensor([2, 30]), torch.tensor([0, 1]))
+        torch.testing.assert_close(got, lm(tokens)[[0, 1], [2, 30]], rtol=1e-5, atol=1e-5)
+
+
 def test_bad_names_and_unknown_architectures():
     lm = llama()
     with pytest.raises(ValueError, match="unknown hook name 'blocks.3.hook_resid_pre'"):

@@ -216,6 +216,14 @@ def test_prompt_sets_in_lockstep_on_a_hooked_lm_equal_each_set_alone():
     kl_clean = feature_patching_curves(lm, hook, decompositions, *sets[0][:2], np.array([]), end=sets[0][2])
     thresholds = kl_clean["PCA"]["kl_clean"] * np.logspace(-3, 0, 4)
     together = feature_patching_curve_sets(lm, hook, decompositions, sets, thresholds, max_batch=4)
+    # forwards split at max_rows re-run prompts (every pass's batch in a forward of its own, or several together)
+    for max_rows in (5, 12):
+        chunked = feature_patching_curve_sets(lm, hook, decompositions, sets, thresholds, max_batch=4,
+                                              max_rows=max_rows)
+        for curves, split in zip(together, chunked):
+            for name in decompositions:
+                assert split[name]["n_features"] == curves[name]["n_features"]
+                np.testing.assert_allclose(split[name]["kl"], curves[name]["kl"], rtol=1e-5, atol=1e-9)
 
     class OnePrefix:  # the same model without resume_ragged: each set alone, one prefix per batch
         def __getattr__(self, name):

@@ -477,7 +477,9 @@ class HookedLM(nn.Module):
             if layer_types is not None:
                 config.layer_types = layer_types[layer:]
             try:
-                hidden = base(input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+                # positions past the sequence are never read (they follow every position read): clamped, so a
+                # learned position table (GPT-2) is not indexed past its end
+                hidden = base(input_ids=input_ids, attention_mask=mask, position_ids=position_ids.clamp(max=T - 1),
                               **kwargs).last_hidden_state
             finally:
                 setattr(self._blocks_parent, self._blocks_attr, all_blocks)
