@@ -375,6 +375,76 @@ def test_embedded_drafted_rows_decode_what_step_by_step_decodes(embedded):
     assert len(calls) < steps  # several tokens a step
 
 
+def test_embedded_kept_row_resumes_under_a_longer_shared_prefix(embedded):
+    shots = "".join(f"Q: {a} times {a + 1}?\nA: {a * (a + 1)}\n\n" for a in (3, 10, 25, 40))
+    head = "Q: a longer question, with many more of its own tokens than the other questions have: "
+    prompts = [shots + head + "12 times 13?\nA:", shots + "Q: 7 times 8?\nA:"]
+    embedded.shared_prefix_attention, embedded.keep_rows = True, 8
+    try:
+        first = embedded.generate_batch(prompts, max_tokens=8, stop=["\n"])
+        # the next batch's common prefix runs into the first row's own tokens: its kept states start earlier
+        follow = [prompts[0] + first[0].text + "\nQ: and 2 times 3?\nA:", shots + head + "99 times 98?\nA:"]
+        rows = [embedded._ids(f)[0].tolist() for f in follow]
+        prefix_len = embedded._prefix_cache(rows, repeat=False)[0]
+        start = next(s for key, (s, _) in embedded._row_caches.items() if list(key[:prefix_len + 1]) ==
+                     rows[0][:prefix_len + 1])
+        assert start < prefix_len and embedded._kept_row(rows[0], prefix_len) is not None
+        continued = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
+        embedded._row_caches.clear()
+        afresh = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
+    finally:
+        embedded.shared_prefix_attention, embedded.keep_rows = False, 0
+        embedded._row_caches.clear()
+    assert [(c.text, c.completion_tokens) for c in continued] == [(c.text, c.completion_tokens) for c in afresh]
+
+
+def test_embedded_drafted_rows_stop_at_a_stop_string_or_the_limit_inside_a_draft(embedded):
+    repeated = "The quick brown fox jumps over the lazy dog. " * 3  # copied: the stop falls inside an accepted draft
+    prompts = [repeated, "Say it again: " + repeated]
+    calls = [dict(max_tokens=30, stop=["lazy"]), dict(max_tokens=5)]
+    plain = [embedded.generate_batch(prompts, **kwargs) for kwargs in calls]
+    embedded.draft_tokens = 6
+    try:
+        drafted = [embedded.generate_batch(prompts, **kwargs) for kwargs in calls]
+    finally:
+        embedded.draft_tokens = 0
+    assert [[(c.text, c.finish_reason, c.completion_tokens) for c in cs] for cs in drafted] == \
+        [[(c.text, c.finish_reason, c.completion_tokens) for c in cs] for cs in plain]
+
+
+def test_embedded_shared_prefix_attention_is_switched_back_after_an_error(embedded):
+    from iclr24.llm.hf import SHARED_PREFIX_ATTENTION
+
+    shots = "".join(f"Q: {a} times {a + 1}?\nA: {a * (a + 1)}\n\n" for a in (3, 10, 25, 40))
+    implementation = embedded.model.config._attn_implementation
+
+    def fail(*_):
+        if embedded.model.config._attn_implementation == SHARED_PREFIX_ATTENTION:
+            raise KeyboardInterrupt
+
+    hook = embedded.model.register_forward_hook(fail)
+    embedded.shared_prefix_attention = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            embedded.generate_batch([shots + "Q: 7 times 8?\nA:", shots + "Q: 9 times 10?\nA:"], max_tokens=4)
+    finally:
+        embedded.shared_prefix_attention = False
+        hook.remove()
+    assert embedded.model.config._attn_implementation == implementation
+
+
+def test_embedded_sampled_rows_are_never_drafted(embedded):
+    loop = "".join(f"x{i} = {i}\n" for i in range(6))
+    prompts = [loop, loop + "y = 1\n"]
+    plain = embedded.generate_batch(prompts, max_tokens=12, temperature=0.7, seed=5)
+    embedded.draft_tokens = 6
+    try:
+        drafted = embedded.generate_batch(prompts, max_tokens=12, temperature=0.7, seed=5)
+    finally:
+        embedded.draft_tokens = 0
+    assert [(c.text, c.completion_tokens) for c in drafted] == [(c.text, c.completion_tokens) for c in plain]
+
+
 def test_generate_batch_falls_back_to_one_call_per_prompt(tmp_path):
     from iclr24.llm import LoggedModel, format_chat, generate_batch
 
@@ -744,3 +814,12 @@ def test_a_reset_connection_is_not_called_a_timeout(fault):
     _Fault.mode = "reset"
     with pytest.raises(ConnectionError, match="reset or closed before a complete answer"):
         get_model("openai", model="m", base_url=fault, max_retries=0, timeout=10).generate("x")
+
+
+@pytest.mark.parametrize("extra", [{"sliding_window": 4096}, {"softcap": 30.0}])
+def test_shared_prefix_attention_refuses_what_it_would_drop(extra):
+    from iclr24.llm.hf import shared_prefix_attention
+
+    q, name = torch.zeros(1, 2, 3, 4), next(iter(extra))
+    with pytest.raises(NotImplementedError, match=f"plain causal attention; this model's layers use \\['{name}'\\]"):
+        shared_prefix_attention(SimpleNamespace(layer_idx=0), q, q, q, None, shared_prefix=object(), **extra)

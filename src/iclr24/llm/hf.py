@@ -72,6 +72,12 @@ def shared_prefix_attention(module, query: torch.Tensor, key: torch.Tensor, valu
 
     if shared_prefix is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    # plain causal attention only: a sliding window, a logit soft-cap or attention sinks would be dropped silently
+    unsupported = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+    if unsupported or getattr(module, "sinks", None) is not None:
+        raise NotImplementedError(f"shared_prefix_attention supports plain causal attention; this model's layers "
+                                  f"use {unsupported or ['sinks']}: construct HFModel with "
+                                  f"shared_prefix_attention=False")
     layer = shared_prefix.layers[module.layer_idx]
     prefix_keys, prefix_values = layer.keys[0], layer.values[0]                # (Hkv, P, D)
     B, H, T, D = query.shape
