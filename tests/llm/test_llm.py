@@ -340,13 +340,21 @@ def test_embedded_kept_rows_let_a_continuation_encode_only_its_new_tokens(embedd
         reused = [embedded._kept_row(r, prefix_len) for r in rows]
         own = [len(embedded._ids(p)[0]) - prefix_len for p in prompts]
         assert all(k is not None and k[0] > n for k, n in zip(reused, own))  # the prompt and some reply kept
-        continued = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
-        embedded._row_caches.clear()
-        afresh = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
+        continued, afresh = resumed_and_afresh(embedded, follow)
     finally:
         embedded.shared_prefix_attention, embedded.keep_rows = False, 0
         embedded._row_caches.clear()
-    assert [(c.text, c.completion_tokens) for c in continued] == [(c.text, c.completion_tokens) for c in afresh]
+    assert continued == afresh
+
+
+def resumed_and_afresh(embedded, prompts):
+    """``prompts``' greedy completions resuming the kept rows' states, then with every kept row dropped."""
+    def complete():
+        return [(c.text, c.completion_tokens) for c in embedded.generate_batch(prompts, max_tokens=8, stop=["\n"])]
+
+    resumed = complete()
+    embedded._row_caches.clear()
+    return resumed, complete()
 
 
 def test_lookup_draft_copies_what_followed_the_latest_match():
@@ -389,13 +397,11 @@ def test_embedded_kept_row_resumes_under_a_longer_shared_prefix(embedded):
         start = next(s for key, (s, _) in embedded._row_caches.items() if list(key[:prefix_len + 1]) ==
                      rows[0][:prefix_len + 1])
         assert start < prefix_len and embedded._kept_row(rows[0], prefix_len) is not None
-        continued = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
-        embedded._row_caches.clear()
-        afresh = embedded.generate_batch(follow, max_tokens=8, stop=["\n"])
+        continued, afresh = resumed_and_afresh(embedded, follow)
     finally:
         embedded.shared_prefix_attention, embedded.keep_rows = False, 0
         embedded._row_caches.clear()
-    assert [(c.text, c.completion_tokens) for c in continued] == [(c.text, c.completion_tokens) for c in afresh]
+    assert continued == afresh
 
 
 def test_embedded_drafted_rows_stop_at_a_stop_string_or_the_limit_inside_a_draft(embedded):

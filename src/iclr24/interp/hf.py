@@ -24,6 +24,7 @@ plain unembedding).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import re
@@ -35,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.interp.hooks import Hook, _caching_hooks, check_positions
+from iclr24.interp.hooks import Hook, _caching_hooks, check_positions, check_ragged
 
 __all__ = ["HookedLM", "Layout", "LAYOUTS", "attention_pattern", "padding_mask", "random_llama"]
 
@@ -352,6 +353,26 @@ class HookedLM(nn.Module):
         hooks = _caching_hooks(names, cache, stop_early=False)
         return self.run_with_hooks(tokens, hooks, positions, attention_mask=attention_mask), cache
 
+    @contextlib.contextmanager
+    def _blocks_from(self, layer: int, resid: Tensor):
+        """Inside the block, the model runs only blocks ``layer`` on, and block ``layer``'s input is ``resid``."""
+        all_blocks, config = self.blocks, self.model.config
+        # prepend: a user's hook on this block's resid_pre sees (and may patch) `resid`
+        handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True,
+                                                             prepend=True)
+        setattr(self._blocks_parent, self._blocks_attr, nn.ModuleList(all_blocks[layer:]))
+        # models that index per-layer attention types by position in the list (sliding windows)
+        layer_types = getattr(config, "layer_types", None)
+        if layer_types is not None:
+            config.layer_types = layer_types[layer:]
+        try:
+            yield
+        finally:
+            setattr(self._blocks_parent, self._blocks_attr, all_blocks)
+            if layer_types is not None:
+                config.layer_types = layer_types
+            handle.remove()
+
     def resume_from(self, tokens: Tensor, layer: int, *, prefix: int = 0):
         """A fast re-run from block ``layer``'s residual stream, for many patches of one batch.
 
@@ -378,10 +399,7 @@ class HookedLM(nn.Module):
                 base(input_ids=tokens[:, :prefix], use_cache=True, **{self._cache_kwarg: cache})
         suffix = tokens[:, prefix:]
         position_ids = torch.arange(prefix, tokens.shape[1]).expand(len(tokens), -1)
-        all_blocks = self.blocks
-
         d_model = self.model.get_output_embeddings().weight.shape[1]
-        config = self.model.config
 
         def run(resid: Tensor, positions: Tensor, hooks: dict[str, Hook] | None = None) -> Tensor:
             if resid.shape != (*suffix.shape, d_model):
@@ -390,24 +408,13 @@ class HookedLM(nn.Module):
             positions = check_positions(positions, len(tokens), tokens.shape[1], first=prefix)
             self._check_names(hooks or {}, first_block=layer, embed=False)  # blocks before `layer` do not run
             extra = self._register(hooks or {})
-            # prepend: a user's hook on this block's resid_pre sees (and may patch) `resid`
-            handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True,
-                                                                 prepend=True)
-            setattr(self._blocks_parent, self._blocks_attr, nn.ModuleList(all_blocks[layer:]))
-            # models that index per-layer attention types by position in the list (sliding windows)
-            layer_types = getattr(config, "layer_types", None)
-            if layer_types is not None:
-                config.layer_types = layer_types[layer:]
             try:
-                # a fresh copy each run: the skipped blocks' entries stay at the prefix, the others grow
-                kwargs = {"use_cache": True, self._cache_kwarg: copy.deepcopy(cache)} if cache is not None \
-                    else {"use_cache": False}
-                hidden = base(input_ids=suffix, position_ids=position_ids, **kwargs).last_hidden_state
+                with self._blocks_from(layer, resid):
+                    # a fresh copy each run: the skipped blocks' entries stay at the prefix, the others grow
+                    kwargs = {"use_cache": True, self._cache_kwarg: copy.deepcopy(cache)} if cache is not None \
+                        else {"use_cache": False}
+                    hidden = base(input_ids=suffix, position_ids=position_ids, **kwargs).last_hidden_state
             finally:
-                setattr(self._blocks_parent, self._blocks_attr, all_blocks)
-                if layer_types is not None:
-                    config.layer_types = layer_types
-                handle.remove()
                 for h in extra:
                     h.remove()
             return self._unembed(hidden, positions, offset=prefix)
@@ -428,12 +435,8 @@ class HookedLM(nn.Module):
         masked), with its own position ids, so its logits are those of :meth:`resume_from` with
         ``prefix=starts[row]`` (up to floating-point order).
         """
-        check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
-        check_int("layer", layer, minimum=0)
-        if layer >= self.n_layers:
-            raise ValueError(f"layer must be < n_layers={self.n_layers}, got {layer}")
+        starts = check_ragged(tokens, layer, starts, self.n_layers)
         n, T = tokens.shape
-        starts = check_positions(starts, n, T)
         from transformers import DynamicCache
 
         base, width = self.model.base_model, int(starts.max()) if n else 0
@@ -444,7 +447,6 @@ class HookedLM(nn.Module):
                 base(input_ids=tokens[:, :width], use_cache=True, **{self._cache_kwarg: prefix_cache})
             kv = [(entry.keys, entry.values) for entry in prefix_cache.layers[layer:]]
         cached = torch.arange(width) < starts[:, None]  # (n, width): the cached positions each prompt attends to
-        all_blocks, config = self.blocks, self.model.config
         d_model = self.model.get_output_embeddings().weight.shape[1]
 
         def run(resid: Tensor, positions: Tensor, rows: Tensor) -> Tensor:
@@ -469,23 +471,11 @@ class HookedLM(nn.Module):
                 stub = torch.zeros(b, 1, width, 1, dtype=resid.dtype)
                 cache = DynamicCache(ddp_cache_data=[(stub, stub)] * layer + [(k[rows], v[rows]) for k, v in kv])
                 kwargs = {"use_cache": True, self._cache_kwarg: cache}
-            # prepend: a user's hook on this block's resid_pre would see `resid`
-            handle = all_blocks[layer].register_forward_pre_hook(_pre_hook(lambda _: resid), with_kwargs=True,
-                                                                 prepend=True)
-            setattr(self._blocks_parent, self._blocks_attr, nn.ModuleList(all_blocks[layer:]))
-            layer_types = getattr(config, "layer_types", None)
-            if layer_types is not None:
-                config.layer_types = layer_types[layer:]
-            try:
+            with self._blocks_from(layer, resid):
                 # positions past the sequence are never read (they follow every position read): clamped, so a
                 # learned position table (GPT-2) is not indexed past its end
                 hidden = base(input_ids=input_ids, attention_mask=mask, position_ids=position_ids.clamp(max=T - 1),
                               **kwargs).last_hidden_state
-            finally:
-                setattr(self._blocks_parent, self._blocks_attr, all_blocks)
-                if layer_types is not None:
-                    config.layer_types = layer_types
-                handle.remove()
             return self.model.get_output_embeddings()(hidden[torch.arange(b), positions - first])
 
         return run

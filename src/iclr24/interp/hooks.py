@@ -30,6 +30,16 @@ Hook = Callable[[Tensor], "Tensor | None"]
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
+def check_ragged(tokens: Tensor, layer: int, starts, n_layers: int) -> Tensor:
+    """The arguments of a ``resume_ragged``: ``tokens`` (n_prompts, seq), a block index, and ``starts`` as a long
+    tensor of one position per prompt; a clear error otherwise."""
+    check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
+    check_int("layer", layer, minimum=0)
+    if layer >= n_layers:
+        raise ValueError(f"layer must be < n_layers={n_layers}, got {layer}")
+    return check_positions(starts, *tokens.shape)
+
+
 def check_positions(positions, batch: int, seq: int, *, first: int = 0) -> Tensor:
     """``positions`` as a long tensor of one index in ``[first, seq)`` per prompt, or a clear error."""
     positions = torch.as_tensor(positions)
@@ -222,12 +232,8 @@ class HookedTinyTransformer(nn.Module):
         ``starts[row] .. starts[row] + W - 1`` (those past the sequence are dropped), every other position keeps
         the clean run's value, and the logits are read at ``positions``, inside each row's window.
         """
-        check_tensor("tokens", tokens, ndim=2, shape_doc="(n_prompts, seq)")
-        check_int("layer", layer, minimum=0)
-        if layer >= self.n_layers:
-            raise ValueError(f"layer must be < n_layers={self.n_layers}, got {layer}")
+        starts = check_ragged(tokens, layer, starts, self.n_layers)
         n, T = tokens.shape
-        starts = check_positions(starts, n, T)
         with torch.no_grad():
             head = cache_only(self, tokens, [f"blocks.{layer}.hook_resid_pre"])[f"blocks.{layer}.hook_resid_pre"]
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), 1)
