@@ -31,6 +31,7 @@ import torch
 
 from iclr24.llm import Completion, with_system
 from iclr24.llm.hf import fork_cache
+from iclr24.llm.hf import lookup_draft as shared_lookup_draft
 from iclr24.llm.structured import GrammarConstraint, check_complete, output_format, require_grammar
 
 __all__ = ["PrefixCachedLM", "lookup_draft"]
@@ -38,20 +39,15 @@ __all__ = ["PrefixCachedLM", "lookup_draft"]
 
 def lookup_draft(tokens: Sequence[int], *, ngram: int = 3, length: int = 10, min_ngram: int = 1) -> list[int]:
     """The up to ``length`` tokens that followed the latest earlier occurrence of the last ``n`` tokens of
-    ``tokens``, for the longest ``min_ngram <= n <= ngram`` that occurs; ``[]`` when none does.
+    ``tokens``, for the longest ``min_ngram <= n <= ngram`` that occurs; ``[]`` when none does
+    (:func:`iclr24.llm.hf.lookup_draft`, with this wrapper's keywords and defaults).
 
     >>> lookup_draft([5, 6, 7, 8, 9, 5, 6], ngram=2, length=2)
     [7, 8]
     >>> lookup_draft([5, 6, 7, 8, 9, 6], ngram=2, min_ngram=2)
     []
     """
-    end = len(tokens)
-    for n in range(min(ngram, end - 1), min_ngram - 1, -1):
-        tail = list(tokens[end - n:])
-        for start in range(end - n - 1, -1, -1):
-            if list(tokens[start:start + n]) == tail:
-                return list(tokens[start + n:start + n + length])
-    return []
+    return shared_lookup_draft(tokens, length, ngram=ngram, min_ngram=min_ngram)
 
 
 class PrefixCachedLM:
