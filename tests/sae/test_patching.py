@@ -4,6 +4,7 @@ import torch
 
 from iclr24.interp import HookedTinyTransformer, ioi_dataset, prompt_lengths
 from iclr24.sae import (
+    SparseAutoencoder,
     baseline_decompositions,
     feature_patching_curve,
     feature_patching_curve_sets,
@@ -239,3 +240,95 @@ def test_prompt_sets_in_lockstep_on_a_hooked_lm_equal_each_set_alone():
             np.testing.assert_allclose(curves[name]["kl"], alone[name]["kl"], rtol=1e-5, atol=1e-9)
             np.testing.assert_allclose(curves[name]["edit"], alone[name]["edit"], rtol=1e-9)
     assert any(0 < c[n]["n_features"][-2] < c[n]["n_features"][0] for c in together for n in c)  # decisions both ways
+
+
+def _sparse_sae(acts: torch.Tensor, active: float = 0.08) -> SparseAutoencoder:
+    """A random SAE whose features each fire on about ``active`` of the activations (a bias at a high quantile)."""
+    torch.manual_seed(1)
+    sae = SparseAutoencoder(acts.shape[-1], 4 * acts.shape[-1], tied=False)
+    with torch.no_grad():
+        sae.b_enc.copy_(-((acts - sae.b_dec) @ sae.W_enc).quantile(1 - active, dim=0))
+    return sae
+
+
+def _counting(model, method: str, rows_of) -> list[int]:
+    """Count the rows each call of ``model.method`` (or of the function it returns) runs."""
+    counts, original = [], getattr(model, method)
+    if method == "resume_ragged":
+        def wrapped(*a, **k):
+            run = original(*a, **k)
+            return lambda resid, positions, rows: (counts.append(len(rows)), run(resid, positions, rows))[1]
+    else:
+        def wrapped(*a, **k):
+            counts.append(rows_of(*a))
+            return original(*a, **k)
+    setattr(model, method, wrapped)
+    return counts
+
+
+@pytest.mark.parametrize("hook", ["blocks.1.hook_resid_pre", "blocks.0.hook_resid_post"])
+def test_prompts_a_trial_does_not_change_are_not_re_run_and_the_curve_is_the_same(hook):
+    """A prompt whose codes of a trial's un-patched features are the same in both runs keeps the current patched
+    set's activation, so its KL is taken from that set's run: same curve as re-running every prompt, fewer rows
+    (ragged re-runs and whole-model hooks)."""
+    data, model, _ = _tiny_setup([0, 1, 2, 3])
+    acts = model.run_with_cache(data.clean[:200:3], ["blocks.1.hook_resid_pre"])[1]["blocks.1.hook_resid_pre"]
+    sae = _sparse_sae(acts.flatten(0, 1))
+    clean, cf = data.clean[::41][:8], data.counterfactual[::41][:8]
+    kl_clean = feature_patching_curve(model, hook, sae, clean, cf, np.array([]))["kl_clean"]
+    args = (sae, clean, cf, kl_clean * np.logspace(-4, -0.5, 5))
+    method = "resume_ragged" if hook.endswith("resid_pre") else "run_with_hooks"
+    counts = _counting(model, method, lambda tokens, *_: len(tokens))
+    every = feature_patching_curve(model, hook, *args, max_batch=8, reuse_unchanged=False)
+    rows_every = sum(counts)
+    counts.clear()
+    changed = feature_patching_curve(model, hook, *args, max_batch=8)
+    assert changed["n_features"] == every["n_features"]
+    assert 0 < every["n_features"][3] < every["n_features"][1] < every["n_features"][0]  # decisions both ways
+    np.testing.assert_allclose(changed["kl"], every["kl"], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(changed["edit"], every["edit"], rtol=1e-12)
+    assert changed["kl_clean"] == pytest.approx(every["kl_clean"], rel=1e-6)
+    assert sum(counts) < 0.8 * rows_every  # sparse features change a few of the 8 prompts each
+
+
+def test_prompts_a_trial_does_not_change_are_not_re_run_on_a_hooked_lm():
+    """The same on a HookedLM, two prompt sets and an SAE and PCA in lockstep, in forwards of at most max_rows
+    re-run prompts; through resume_from (no ragged re-runs) every prompt is re-run, with the same curves."""
+    pytest.importorskip("transformers")
+    from tests.interp.tiny_models import llama
+
+    torch.manual_seed(0)
+    lm, hook = llama(), "blocks.1.hook_resid_pre"
+    sets = []
+    for seed in (0, 1):
+        clean = torch.randint(50, (6, 10))
+        cf = clean.clone()
+        cf[torch.arange(6), torch.randint(3, 8, (6,))] += 1
+        sets.append((clean % 50, cf % 50, torch.full((6,), 9), seed))
+    with torch.no_grad():
+        acts = torch.cat([lm.run_with_cache(torch.randint(50, (40, 10)), [hook])[1][hook].flatten(0, 1)])
+    decompositions = {"SAE": _sparse_sae(acts), "PCA": baseline_decompositions(acts)["PCA"]}
+    kl_clean = feature_patching_curves(lm, hook, decompositions, *sets[0][:2], np.array([]), end=sets[0][2])
+    thresholds = kl_clean["SAE"]["kl_clean"] * np.logspace(-4, -0.5, 5)
+    counts = _counting(lm, "resume_ragged", None)
+    every = feature_patching_curve_sets(lm, hook, decompositions, sets, thresholds, max_batch=4,
+                                        reuse_unchanged=False)
+    rows_every = sum(counts)
+    counts.clear()
+    changed = feature_patching_curve_sets(lm, hook, decompositions, sets, thresholds, max_batch=4, max_rows=10)
+    assert sum(counts) < rows_every
+
+    class OnePrefix:  # the same model without resume_ragged: resume_from re-runs every prompt
+        def __getattr__(self, name):
+            if name == "resume_ragged":
+                raise AttributeError(name)
+            return getattr(lm, name)
+
+    for (clean, cf, end, seed), curves_every, curves in zip(sets, every, changed):
+        alone = feature_patching_curves(OnePrefix(), hook, decompositions, clean, cf, thresholds, end=end, seed=seed,
+                                        max_batch=4)
+        for other in (curves, alone):
+            for name in decompositions:
+                assert other[name]["n_features"] == curves_every[name]["n_features"]
+                np.testing.assert_allclose(other[name]["kl"], curves_every[name]["kl"], rtol=1e-5, atol=1e-12)
+    assert all(0 < c["SAE"]["n_features"][3] < c["SAE"]["n_features"][0] for c in every)  # decisions both ways

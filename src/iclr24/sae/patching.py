@@ -35,7 +35,8 @@ def _kl(log_p: Tensor, log_q: Tensor) -> Tensor:
 
 def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, counterfactual: Tensor,
                            thresholds: np.ndarray, *, end: Tensor | None = None,
-                           kl_direction: str = "patched||counterfactual", seed: int = 0, max_batch: int = 32) -> dict:
+                           kl_direction: str = "patched||counterfactual", seed: int = 0, max_batch: int = 32,
+                           reuse_unchanged: bool = True) -> dict:
     """KL between the patched and the counterfactual output against the number of features patched.
 
     The activation at ``hook`` (every position) is split into codes and a reconstruction
@@ -56,24 +57,35 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
     fails. A trial already made on the same patched set (at a lower threshold, after the last
     feature taken there) is not run again: its KL is the same.
 
+    A trial re-runs only the prompts it changes: a prompt whose codes of the trial's un-patched
+    features are the same in its clean and counterfactual runs at every re-run position gets the
+    activation it has under the current patched set, so its KL is the current set's for that prompt
+    (kept per prompt from the run that made the set current). The KL of a trial is the mean over
+    prompts of those per-prompt KLs. Sparse features (an SAE's) change a few prompts each; dense ones
+    (PCA) change every prompt and gain nothing. On a model re-run through ``resume_from`` (one prefix,
+    every prompt in a batch) every prompt is re-run.
+
     Args:
         model: a hooked model from :mod:`iclr24.interp`.
         decomposition: anything with ``encode`` / ``decode`` (an SAE, PCA, ...).
         kl_direction: one of :data:`KL_DIRECTIONS`.
         max_batch: the most candidate patches one forward evaluates (1: one at a time).
+        reuse_unchanged: take the KL of a prompt a trial does not change from the current patched set's run
+            instead of re-running it (the same number up to floating-point order; ``False`` re-runs every prompt).
 
     Returns ``{"n_features": [...], "kl": [...], "edit": [...], "kl_clean": KL with nothing
     patched}``: one point per threshold (plus the start), ``edit`` being the size of the
     activation edit relative to the clean activation.
     """
     return feature_patching_curves(model, hook, {"": decomposition}, clean, counterfactual, thresholds, end=end,
-                                   kl_direction=kl_direction, seed=seed, max_batch=max_batch)[""]
+                                   kl_direction=kl_direction, seed=seed, max_batch=max_batch,
+                                   reuse_unchanged=reuse_unchanged)[""]
 
 
 def feature_patching_curves(model, hook: str, decompositions: dict, clean: Tensor, counterfactual: Tensor,
                             thresholds: np.ndarray, *, end: Tensor | None = None,
                             kl_direction: str = "patched||counterfactual", seed: int = 0,
-                            max_batch: int = 32) -> dict[str, dict]:
+                            max_batch: int = 32, reuse_unchanged: bool = True) -> dict[str, dict]:
     """:func:`feature_patching_curve` for each of ``decompositions`` (name -> decomposition) on the same prompts.
 
     The clean and counterfactual runs and the re-runs' cached prefix are computed once for all of them, and their
@@ -83,12 +95,13 @@ def feature_patching_curves(model, hook: str, decompositions: dict, clean: Tenso
     the one :func:`feature_patching_curve` gives for that decomposition alone.
     """
     return feature_patching_curve_sets(model, hook, decompositions, [(clean, counterfactual, end, seed)], thresholds,
-                                       kl_direction=kl_direction, max_batch=max_batch)[0]
+                                       kl_direction=kl_direction, max_batch=max_batch,
+                                       reuse_unchanged=reuse_unchanged)[0]
 
 
 def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_sets: list, thresholds: np.ndarray, *,
                                 kl_direction: str = "patched||counterfactual", max_batch: int = 32,
-                                max_rows: int = 1024) -> list[dict[str, dict]]:
+                                max_rows: int = 1024, reuse_unchanged: bool = True) -> list[dict[str, dict]]:
     """:func:`feature_patching_curves` for several sets of prompts, each ``(clean, counterfactual, end, seed)``.
 
     Every greedy pass (one set's prompts and one decomposition) runs in lockstep with the others: each round,
@@ -96,8 +109,9 @@ def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_s
     ``resume_ragged`` (:class:`~iclr24.interp.HookedLM`) and a residual-stream hook, the trials of all passes run
     in one forward (up to ``max_rows`` re-run prompts; the weights are read once), and each prompt is re-run from
     its block and from its own first token that differs between its two runs (with one prefix for the whole
-    batch, prompts of different templates re-ran the positions after the earliest one). Elsewhere each set's
-    trials run as in :func:`feature_patching_curves`. The passes share nothing but the forward, so each curve is
+    batch, prompts of different templates re-ran the positions after the earliest one); a trial re-runs only the
+    prompts it changes (``reuse_unchanged``, :func:`feature_patching_curve`). Elsewhere each set's trials run as
+    in :func:`feature_patching_curves`. The passes share nothing but the forward, so each curve is
     the one :func:`feature_patching_curve` gives for that set and decomposition alone (up to floating-point
     order). Returns one ``{name: curve}`` per set, in order.
     """
@@ -120,28 +134,30 @@ def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_s
             first_row = np.cumsum([0] + [len(s.clean) for s in sets]).tolist()
 
         def evaluate(requests: dict) -> dict:
-            """The KL of every trial of every pass: ``{(set, name): patched activations (b, n, W, d)}`` -> KLs."""
+            """The KL of every re-run prompt of every pass: ``{(set, name): (patched activations (m, W, d), the
+            prompt of each (m,))}`` -> ``{(set, name): KLs (m,)}``."""
             if not ragged:
-                return {key: sets[key[0]].kl_of(sets[key[0]].outputs(acts)) for key, acts in requests.items()}
+                return {key: sets[key[0]].kl_of(sets[key[0]].outputs(*request), request[1])
+                        for key, request in requests.items()}
             out, chunk, rows = {}, [], 0
-            for key, acts in [*requests.items(), (None, None)]:  # a sentinel flushes the last chunk
-                b, n = (0, 0) if acts is None else acts.shape[:2]
-                if chunk and (acts is None or rows + b * n > max_rows):
-                    W = max(a.shape[2] for _, a in chunk)
-                    resid = torch.cat([F.pad(a, (0, 0, 0, W - a.shape[2])).flatten(0, 1) for _, a in chunk])
-                    index = torch.cat([first_row[k[0]] + torch.arange(a.shape[1]).repeat(a.shape[0]) for k, a in chunk])
-                    ends = torch.cat([sets[k[0]].end.repeat(a.shape[0]) for k, a in chunk])
-                    logits = rerun(resid, ends, index).split([a.shape[0] * a.shape[1] for _, a in chunk])
-                    for (k, a), part in zip(chunk, logits):
-                        out[k] = sets[k[0]].kl_of(part.view(*a.shape[:2], -1))
+            for key, request in [*requests.items(), (None, None)]:  # a sentinel flushes the last chunk
+                m = 0 if request is None else len(request[1])
+                if chunk and (request is None or rows + m > max_rows):
+                    W = max(a.shape[1] for _, (a, _) in chunk)
+                    resid = torch.cat([F.pad(a, (0, 0, 0, W - a.shape[1])) for _, (a, _) in chunk])
+                    index = torch.cat([first_row[k[0]] + p for k, (_, p) in chunk])
+                    ends = torch.cat([sets[k[0]].end[p] for k, (_, p) in chunk])
+                    logits = rerun(resid, ends, index).split([len(p) for _, (_, p) in chunk])
+                    for (k, (_, p)), part in zip(chunk, logits):
+                        out[k] = sets[k[0]].kl_of(part, p)
                     chunk, rows = [], 0
-                if acts is not None:
-                    chunk.append((key, acts))
-                    rows += b * n
+                if request is not None:
+                    chunk.append((key, request))
+                    rows += m
             return out
 
         passes = {(i, name): _greedy_curve(dec, s.a_c, s.a_cf, s.real, s.window, thresholds, seed=s.seed,
-                                           max_batch=max_batch)
+                                           max_batch=max_batch, reuse_unchanged=reuse_unchanged and s.any_rows)
                   for i, s in enumerate(sets) for name, dec in decompositions.items()}
         requests = {key: next(p) for key, p in passes.items()}
         curves = {}
@@ -190,39 +206,44 @@ class _PromptSet:
             self.starts = torch.where((differs & self.real).any(1), (differs & self.real).int().argmax(1), end)
             width = int((end - self.starts).max()) + 1
             self.window = (self.starts[:, None] + torch.arange(width)).clamp(max=T - 1)  # (n, W)
+            self.any_rows = True  # a re-run may hold any prompts
             return
         self.fast = hook.endswith("hook_resid_pre") and hasattr(model, "resume_from")
+        self.any_rows = not self.fast  # resume_from re-runs every prompt, in order
         self.prefix = prefix if self.fast else 0
         self.window = torch.arange(self.prefix, T).expand(n, -1)
         self.reruns = {}  # batch size (a power of two) -> a re-run of that many copies of the prompts
 
-    def outputs(self, acts: Tensor) -> Tensor:
-        """Logits at ``end`` for ``b`` patched activations ``(b, n, T - prefix, d)``: ``(b, n, vocab)``."""
-        b, n = acts.shape[:2]
+    def outputs(self, acts: Tensor, prompts: Tensor) -> Tensor:
+        """Logits at ``end`` for patched activations ``(m, T - prefix, d)`` of ``prompts`` ``(m,)``: ``(m, vocab)``.
+
+        Through ``resume_from`` the rows are ``b`` whole copies of the prompts, in order (``m = b * n``)."""
         clean, end, hook = self.clean, self.end, self.hook
         if self.fast:
+            n = len(clean)
+            b = len(prompts) // n
             size = 1 << (b - 1).bit_length()
             if size not in self.reruns:
                 self.reruns[size] = self.model.resume_from(clean.repeat(size, 1), hook_layer(hook), prefix=self.prefix)
-            padded = torch.cat([acts, acts[:1].expand(size - b, *acts.shape[1:])]) if size > b else acts
-            logits = self.reruns[size](padded.flatten(0, 1), end.repeat(size))[:b * n]
-        else:
-            flat = acts.flatten(0, 1)
-            logits = self.model.run_with_hooks(clean.repeat(b, 1), {hook: lambda _: flat}, positions=end.repeat(b))
-        return logits.view(b, n, -1)
+            padded = torch.cat([acts, acts[:n].repeat(size - b, 1, 1)]) if size > b else acts
+            return self.reruns[size](padded, end.repeat(size))[:b * n]
+        return self.model.run_with_hooks(clean[prompts], {hook: lambda _: acts}, positions=end[prompts])
 
-    def kl_of(self, logits: Tensor) -> list[float]:
-        """KL(patched || cf) (or the reverse), mean over prompts, for each of ``b`` patches ``(b, n, vocab)``."""
-        log_q = F.log_softmax(logits.double(), -1)
-        kl = _kl(log_q, self.log_p_cf) if self.kl_direction == "patched||counterfactual" else _kl(self.log_p_cf, log_q)
-        return kl.mean(-1).tolist()
+    def kl_of(self, logits: Tensor, prompts: Tensor) -> Tensor:
+        """KL(patched || cf) (or the reverse) of each re-run ``(m, vocab)`` of ``prompts`` ``(m,)``: ``(m,)``."""
+        log_q, log_p_cf = F.log_softmax(logits.double(), -1), self.log_p_cf[prompts]
+        return _kl(log_q, log_p_cf) if self.kl_direction == "patched||counterfactual" else _kl(log_p_cf, log_q)
 
 
 def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, window: Tensor, thresholds, *,
-                  seed: int, max_batch: int):
+                  seed: int, max_batch: int, reuse_unchanged: bool = False):
     """The greedy un-patching pass of :func:`feature_patching_curve` for one decomposition, as a generator: it
-    yields the patched activations of a batch of trials at the re-run positions ``window`` ``(n, W)``,
-    ``(b, n, W, d)``, is sent their KLs, and returns the curve."""
+    yields the patched activations of a batch of trials at the re-run positions ``window`` ``(n, W)`` of the
+    prompts each re-runs, ``((m, W, d), prompt index (m,))``, is sent their KLs ``(m,)``, and returns the curve.
+
+    With ``reuse_unchanged`` a trial re-runs only the prompts whose codes it changes at their re-run positions;
+    every other prompt's KL is the current patched set's (its activation is the one it has under that set).
+    Without, every trial re-runs every prompt, trial after trial (``m = b * n``)."""
     raw_c, raw_cf = decomposition.encode(a_c), decomposition.encode(a_cf)
     raw_cf = torch.where(real[..., None], raw_cf, raw_c)  # padding keeps its clean codes
     code_dtype = raw_c.dtype  # each decomposition decodes codes in the dtype it encodes to
@@ -236,23 +257,42 @@ def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, window
     # only the window's positions are re-run; codes before them are the same in every patch
     rows = torch.arange(len(window))[:, None]
     codes_c_run, codes_cf_run, error_run = codes_c[rows, window], codes_cf[rows, window], error_c[rows, window]
+    n = len(window)
+    # the prompts each feature changes: those whose codes of it differ between the runs at a re-run position
+    changes = (codes_c_run != codes_cf_run).any(1).T  # (F, n)
 
-    def kl_many(masks: Tensor):
-        """KL for each patched set ``(b, n_features)`` (a generator: yields the activations, returns the KLs)."""
-        codes = torch.where(masks[:, None, None], codes_cf_run, codes_c_run)  # (b, n, W, F)
-        return (yield (decode(codes) + error_run).float())
+    def kl_many(masks: Tensor, per_prompt_now: Tensor | None = None):
+        """The KL of each prompt under each patched set ``(b, n_features)``, ``(b, n)`` (a generator: yields the
+        activations, returns the KLs). With ``per_prompt_now`` (the current patched set's KLs, ``(n,)``) a prompt
+        whose codes no changed feature changes is not re-run: its KL is the current set's."""
+        if per_prompt_now is None:
+            run = torch.ones(len(masks), n, dtype=torch.bool)
+        else:
+            run = ((masks != patched)[:, :, None] & changes).any(1)  # (b, n)
+        trial, prompt = run.nonzero(as_tuple=True)  # trial after trial, prompt after prompt
+        kls = (per_prompt_now if per_prompt_now is not None else torch.zeros(n, dtype=torch.float64)).repeat(
+            len(masks), 1)
+        if len(prompt):
+            codes = torch.where(masks[trial][:, None], codes_cf_run[prompt], codes_c_run[prompt])  # (m, W, F)
+            kls[trial, prompt] = (yield ((decode(codes) + error_run[prompt]).float(), prompt)).double()
+        return kls
+
+    def mean(kls: Tensor) -> list[float]:  # the KL of a patched set: the mean over prompts
+        return kls.mean(-1).tolist()
 
     def edit_size(patched: Tensor) -> float:
         return float((decode(torch.where(patched, codes_cf, codes_c)) - decode(codes_c)).norm() / a_c.norm())
 
     differs = (codes_c != codes_cf).flatten(0, -2).any(0)  # features that change anywhere
     patched = differs.clone()
-    kl_clean, kl_now = yield from kl_many(torch.stack([torch.zeros_like(patched), patched]))
+    start = yield from kl_many(torch.stack([torch.zeros_like(patched), patched]))
+    (kl_clean, kl_now), now = mean(start), start[1]  # now: each prompt's KL under the current patched set
+    reuse = now if reuse_unchanged else None
     curve_n, curve_kl, curve_edit = [int(patched.sum())], [kl_now], [edit_size(patched)]
     order = torch.nonzero(differs).flatten()
     order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))]
     size, guess_taken = 1, False
-    known: dict[int, float] = {}  # feature -> KL with it un-patched from the current patched set
+    known: dict[int, Tensor] = {}  # feature -> each prompt's KL with it un-patched from the current patched set
     with progress(f"feature patching ({len(order)} features)", total=len(thresholds)) as bar:
         for t in thresholds:
             candidates = [f for f in order.tolist() if patched[f]]
@@ -263,24 +303,26 @@ def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, window
                     masks = patched.expand(len(trial), -1).clone()
                     for j, f in enumerate(trial):
                         masks[j:, f] = False
-                    kls = yield from kl_many(masks)
+                    per_prompt = yield from kl_many(masks, reuse)
                 else:  # trial j is run on the current patched set
                     todo = [f for f in trial if f not in known]  # tried at an earlier threshold, same set
                     if todo:
                         masks = patched.expand(len(todo), -1).clone()
                         masks[torch.arange(len(todo)), torch.tensor(todo)] = False
-                        known.update(zip(todo, (yield from kl_many(masks))))
-                    kls = [known[f] for f in trial]
+                        known.update(zip(todo, (yield from kl_many(masks, reuse))))
+                    per_prompt = torch.stack([known[f] for f in trial])
+                kls = mean(per_prompt)
                 # the sequential decisions, up to and including the first that goes against the guess: each
                 # of those trials was run on exactly the patched set the sequential pass has at that point
                 for j, kl in enumerate(kls):
                     taken = kl - kl_now < t
                     if taken:
                         patched[trial[j]] = False
-                        kl_now = kl
+                        kl_now, now = kl, per_prompt[j]  # the set's per-prompt KLs: from the run that made it
+                        reuse = now if reuse_unchanged else None
                         known.clear()  # a new patched set: every KL so far is stale
                     elif guess_taken:  # run on the current set (the earlier ones were all un-patched)
-                        known[trial[j]] = kl
+                        known[trial[j]] = per_prompt[j]
                     if taken != guess_taken:
                         break
                 i += j + 1
