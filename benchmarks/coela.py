@@ -9,6 +9,7 @@ One torch thread.
     python benchmarks/coela.py --episodes 2 --max-steps 80 --cot
     python benchmarks/coela.py --analyse runs/coela/<timestamp>   # a quick run's calls: prefix reuse, batching
     python benchmarks/coela.py --replay-bf16 runs/coela/<timestamp> --calls 100   # fp32 vs bf16 on its calls
+    python benchmarks/coela.py --replay-batch runs/coela/<timestamp> --calls 100  # the agents' calls batched
 
 ``--analyse`` reads a run's ``artifacts/llm_calls.jsonl`` and needs only the tokenizer (no forward pass): how many
 prompt tokens ``coela.cached_lm.PrefixCachedLM`` (8 kept caches) must encode with the prompts as logged, without
@@ -21,6 +22,11 @@ model (a pass 60 ms plus 5 ms a position: SmolLM2-135M, one thread, this machine
 over the model in float32 and one with its parameters in bfloat16 (buffers such as the rotary frequencies stay
 float32), call by call in turn in one process: CPU seconds of each, the replies that differ, and the next-token
 logits of the two (after each prompt, and at every position of the passes of replies that agree).
+
+``--replay-batch RUN`` replays a run's first ``--calls`` logged calls twice, step by step in turn in one process:
+one at a time through ``PrefixCachedLM`` (as a run makes them), and with the two agents' calls of a step batched
+(each agent's next call; messages and plans in separate batches): CPU seconds of each and the replies that differ
+from the logged ones. ``--encode-apart`` batches only the decoding of the messages.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import torch
 from iclr24.coela import CoELAAgent, HeuristicPlanner, TransportEnv, run_episode
 from iclr24.coela.cached_lm import PrefixCachedLM, lookup_draft
 from iclr24.llm import LoggedModel, get_model
+from iclr24.llm.hf import fork_cache
 
 PASS_MS, POSITION_MS = 60.0, 5.0  # a decoding pass over the weights, and each position it checks
 
@@ -165,6 +172,182 @@ def replay_bf16(run: Path, calls: int, llm: str | None) -> None:
           f"{positions[2]:.2f}")
 
 
+class _BatchedPrefixLM(PrefixCachedLM):
+    """``PrefixCachedLM`` that also runs several greedy calls as one batch (``generate_many``): their prompt suffixes
+    encoded in one pass, the plain ones decoded in lockstep with their prompt-lookup drafts, the constrained ones
+    after it, each from its own row of the batch's cache (a benchmark of batching the two agents' calls of a step).
+    Rows sit as ``[padding][kept prefix][padding][own suffix]``, then the fed tokens, each row's rejected draft
+    tokens left as masked holes; positions count a row's real tokens."""
+
+    def __init__(self, model, *, encode_apart: bool = False, **options) -> None:
+        super().__init__(model, **options)
+        self.encode_apart = encode_apart   # encode each prompt alone, batch only the decoding
+        self.padded = [0, 0]               # prompt positions encoded: real, and with the batch's padding
+
+    def _stack(self, caches, lengths):
+        """One left-padded batch cache from one-row caches holding ``lengths`` positions, and its mask."""
+        from transformers import DynamicCache
+
+        C, batch = max(lengths), DynamicCache()
+        if C:
+            ref = next(c for c, n in zip(caches, lengths) if n)
+            for index, layer in enumerate(ref.layers):
+                shape = (len(caches), *layer.keys.shape[1:2], C, layer.keys.shape[3])
+                keys, values = layer.keys.new_zeros(shape), layer.values.new_zeros(shape)
+                for b, (cache, n) in enumerate(zip(caches, lengths)):
+                    if n:
+                        keys[b, :, C - n:] = cache.layers[index].keys[0, :, :n]
+                        values[b, :, C - n:] = cache.layers[index].values[0, :, :n]
+                batch.update(keys, values, index)
+        return batch, torch.tensor([[0] * (C - n) + [1] * n for n in lengths])
+
+    def generate_many(self, calls: list[tuple]) -> list:
+        """One greedy completion for each ``(prompt, kwargs)`` of ``calls`` (kwargs as logged), as one batch."""
+        from transformers import DynamicCache
+
+        from iclr24.llm import with_system
+        from iclr24.llm.structured import GrammarConstraint, output_format
+
+        start = time.perf_counter()
+        rows = []
+        for prompt, kwargs in calls:
+            ids = self._ids(with_system(prompt, None))
+            fmt = output_format(kwargs.get("response_format"))
+            constraint = GrammarConstraint(self.tokenizer, fmt, len(ids)) if fmt else None
+            cache, common = self._prefix(ids)
+            rows.append((ids, kwargs["max_tokens"], constraint, cache, common))
+        B = len(rows)
+        if self.encode_apart:                             # each prompt encoded alone, as one at a time
+            own, last = [], []
+            for ids, _, _, cache, c in rows:
+                last.append(self._forward(ids[c:], cache, last_only=True)[-1])
+                self._caches[tuple(ids)] = fork_cache(cache)
+                own.append(cache)
+            last = torch.stack(last)
+            self.padded[0] += sum(len(r[0]) - r[4] for r in rows)
+            self.padded[1] += sum(len(r[0]) - r[4] for r in rows)
+            if any(r[2] is None for r in rows):
+                batch, mask = self._stack(own, [len(r[0]) for r in rows])
+        else:
+            batch, mask = self._stack([r[3] for r in rows], [r[4] for r in rows])
+            C, S = mask.shape[1], max(len(r[0]) - r[4] for r in rows)
+            self.padded[0] += sum(len(r[0]) - r[4] for r in rows)
+            self.padded[1] += B * S
+            pad = self.tokenizer.eos_token_id
+            input_ids = torch.tensor([[pad] * (S - len(ids) + c) + ids[c:] for ids, _, _, _, c in rows])
+            mask = torch.cat([mask, torch.tensor([[0] * (S - len(ids) + c) + [1] * (len(ids) - c)
+                                                  for ids, _, _, _, c in rows])], 1)
+            positions = (mask.cumsum(-1) - 1).clamp_min(0)[:, C:]
+            with torch.no_grad():
+                last = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                  **{self._cache_kwarg: batch}, logits_to_keep=1).logits[:, -1].float()
+            own = []
+            for b, (ids, *_rest) in enumerate(rows):        # each prompt's own cache, kept for later prompts
+                real = mask[b].bool()
+                cache = DynamicCache()
+                for index, layer in enumerate(batch.layers):
+                    cache.update(layer.keys[b:b + 1, :, real], layer.values[b:b + 1, :, real], index)
+                self._caches[tuple(ids)] = fork_cache(cache)
+                own.append(cache)
+        while len(self._caches) > self.keep:
+            self._caches.popitem(last=False)
+        out = [None] * B
+        plain = [b for b, r in enumerate(rows) if r[2] is None]
+        if plain:
+            out_plain = self._lockstep([rows[b][0] for b in plain], [rows[b][1] for b in plain], batch, mask,
+                                       last, plain, start)
+            for b, completion in zip(plain, out_plain):
+                out[b] = completion
+        for b, (ids, max_tokens, constraint, _, _) in enumerate(rows):
+            if constraint is not None:
+                out[b] = self._constrained(ids, max_tokens, constraint, own[b], last[b], start)
+        return out
+
+    @torch.no_grad()
+    def _lockstep(self, prompts, limits, batch, mask, last, index, start):
+        """Greedy prompt-lookup decoding of the batch rows ``index`` together (the others dropped)."""
+        batch.batch_select_indices(torch.tensor(index))
+        mask, last = mask[index], last[index]
+        rows = list(range(len(prompts)))                  # the batch's rows, in order
+        new = [[int(last[j].argmax())] for j in rows]
+        length = mask.sum(-1).tolist()                    # real tokens per row so far (positions)
+        while True:
+            active = [j for j in rows if not (new[j][-1] in self._eos or len(new[j]) >= limits[j])]
+            if not active:
+                break
+            if len(active) < len(rows):                   # finished rows leave the batch
+                keep = [rows.index(j) for j in active]
+                batch.batch_select_indices(torch.tensor(keep))
+                mask = mask[keep]
+                rows = active
+            drafts = [lookup_draft(prompts[j] + new[j], ngram=self.ngram, min_ngram=self.min_ngram,
+                                   length=min(self.draft, limits[j] - len(new[j]))) for j in rows]
+            W = 1 + max(len(d) for d in drafts)
+            ids = torch.tensor([[new[j][-1], *d] + [self.tokenizer.eos_token_id] * (W - 1 - len(d))
+                                for j, d in zip(rows, drafts)])
+            grow = torch.tensor([[1] * (1 + len(d)) + [0] * (W - 1 - len(d)) for d in drafts])
+            positions = torch.tensor([[length[j] + k for k in range(W)] for j in rows])
+            mask = torch.cat([mask, grow], 1)
+            greedy = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                **{self._cache_kwarg: batch}).logits.float().argmax(-1).tolist()
+            for r, (j, d) in enumerate(zip(rows, drafts)):
+                accepted = 0
+                while accepted < len(d) and d[accepted] == greedy[r][accepted]:
+                    accepted += 1
+                length[j] += 1 + accepted
+                mask[r, mask.shape[1] - W + 1 + accepted:] = 0   # rejected draft tokens: holes
+                for t in d[:accepted]:
+                    new[j].append(t)
+                    if t in self._eos or len(new[j]) >= limits[j]:
+                        break
+                else:
+                    new[j].append(greedy[r][accepted])
+        return [self._completion(p, n, m, start) for p, n, m in zip(prompts, new, limits)]
+
+
+def replay_batch(run: Path, calls: int, llm: str | None, encode_apart: bool = False) -> None:
+    """The two agents' calls of each step one at a time (as a run makes them) against batched (a batch of each
+    agent's next call, messages and plans apart), on a run's first ``calls`` logged calls, step by step in turn."""
+    rows = [json.loads(line) for line in (run / "artifacts" / "llm_calls.jsonl").read_text().splitlines()][:calls]
+    steps: dict[tuple[int, int], dict[str, list[int]]] = {}
+    episode, previous = 0, -1
+    for i, row in enumerate(rows):
+        text = row["prompt"][0]["content"]
+        step = int(re.search(r"I am in the [^\n]*\(step (\d+)\)", text).group(1))
+        episode, previous = episode + (step < previous), step
+        agent = re.match(r"You are (\w+)", text).group(1)
+        steps.setdefault((episode, step), {}).setdefault(agent, []).append(i)
+    alone, batched = PrefixCachedLM(get_model(llm)), _BatchedPrefixLM(get_model(llm), encode_apart=encode_apart)
+    cpu, texts, batches = {"alone": 0.0, "batched": 0.0}, {"alone": {}, "batched": {}}, Counter()
+    for n, queues in enumerate(steps.values()):
+        for key in (("alone", "batched") if n % 2 == 0 else ("batched", "alone")):
+            start = time.process_time()
+            if key == "alone":
+                for i in sorted(i for q in queues.values() for i in q):
+                    texts[key][i] = alone.generate(rows[i]["prompt"], **rows[i]["kwargs"])[0].text
+            else:
+                heads = [list(q) for q in queues.values()]
+                while any(heads):
+                    now = [q.pop(0) for q in heads if q]
+                    for kind in (False, True):       # the messages, then the plans
+                        group = [i for i in now if ("response_format" in rows[i]["kwargs"]) == kind]
+                        if group:
+                            batches[len(group)] += 1
+                            for i, c in zip(group, batched.generate_many([(rows[i]["prompt"], rows[i]["kwargs"])
+                                                                           for i in group])):
+                                texts[key][i] = c.text
+            cpu[key] += time.process_time() - start
+    logged = {i: r["outputs"][0]["text"] for i, r in enumerate(rows)}
+    print(f"{len(rows)} calls in {len(steps)} steps; batches by size {dict(sorted(batches.items()))}")
+    print(f"prompt positions encoded: {batched.padded[0]:,} real, {batched.padded[1]:,} with padding")
+    print(f"CPU one at a time {cpu['alone']:.1f} s, batched {cpu['batched']:.1f} s, "
+          f"x{cpu['alone'] / cpu['batched']:.3f}")
+    for kind in ("message", "plan"):
+        ids = [i for i, r in enumerate(rows) if ("response_format" in r["kwargs"]) == (kind == "plan")]
+        print(f"{kind}s: {len(ids)}; one at a time = logged {sum(texts['alone'][i] == logged[i] for i in ids)}, "
+              f"batched = logged {sum(texts['batched'][i] == logged[i] for i in ids)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=1)
@@ -173,11 +356,17 @@ def main() -> None:
     parser.add_argument("--llm", default=None)
     parser.add_argument("--analyse", type=Path, default=None, help="a quick run's folder: analyse its logged calls")
     parser.add_argument("--replay-bf16", type=Path, default=None, help="a quick run's folder: fp32 vs bf16 replay")
-    parser.add_argument("--calls", type=int, default=100, help="how many logged calls --replay-bf16 replays")
+    parser.add_argument("--replay-batch", type=Path, default=None,
+                        help="a quick run's folder: the agents' calls one at a time vs batched")
+    parser.add_argument("--encode-apart", action="store_true", help="--replay-batch: batch the decoding only")
+    parser.add_argument("--calls", type=int, default=100, help="how many logged calls a replay replays")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.replay_bf16:
         replay_bf16(args.replay_bf16, args.calls, args.llm)
+        return
+    if args.replay_batch:
+        replay_batch(args.replay_batch, args.calls, args.llm, args.encode_apart)
         return
     model = get_model(args.llm)
     if args.analyse:

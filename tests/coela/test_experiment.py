@@ -1,12 +1,16 @@
 """The reproduction's claims, built from hand-made episodes (fast: no model runs)."""
 
-from iclr24.coela.episode import Episode
+import pytest
+
+from iclr24.coela.agent import CoELAAgent, HeuristicPlanner
+from iclr24.coela.episode import Episode, run_episode
 from iclr24.coela.experiment import (
     CLAIM_COMM,
     CLAIM_EI,
     CLAIM_LLM,
     PRESETS,
     _claims,
+    _env,
     _same_houses_check,
 )
 
@@ -23,8 +27,9 @@ def _claim_map(single, pair, comm, llm, short):
 
 
 def test_claims_are_paired_by_episode():
+    budget = PRESETS["quick"].llm_max_steps
     claims = _claim_map(single=[30, 34, 33, 31], pair=[20, 23, 22, 21], comm=[18, 21, 21, 19],
-                        llm=[40, 40, 40], short=[22, 20, 25])
+                        llm=[budget] * 3, short=[22, 20, 25])
     assert claims[CLAIM_EI].verdict == "holds"               # pair/single ~0.67 < 0.8 in every house
     assert claims[CLAIM_EI].evidence.kind == "ratio" and claims[CLAIM_EI].evidence.n == 4
     assert claims[CLAIM_COMM].verdict == "holds"
@@ -51,3 +56,29 @@ def test_one_llm_episode_decides_nothing_and_quick_plays_three():
 def test_every_method_meets_the_same_houses():
     check = _same_houses_check(PRESETS["quick"], list(range(5)))
     assert check.passed and "5 houses" in check.detail
+
+
+def test_the_quick_budget_never_stops_the_mhp_like_pair():
+    """The LLM claim's budget must be one the baseline meets: capped at it, the MHP-like pair still finishes every
+    quick house (15-27 steps in the 20 houses of seed 0), so CoELA is compared with the pair's own step counts."""
+    cfg = PRESETS["quick"]
+    steps = []
+    for seed in range(cfg.episodes):
+        env = _env(cfg, 2, cfg.llm_max_steps)
+        episode = run_episode(env, [CoELAAgent(planner=HeuristicPlanner(), communicate=False, name=a, seed=seed)
+                                    for a in env.possible_agents], seed)
+        assert episode.finished, f"house {seed}: the MHP-like pair does not finish in {cfg.llm_max_steps} steps"
+        steps.append(episode.steps)
+    assert max(steps) < cfg.llm_max_steps, f"the pair needs {max(steps)} of the {cfg.llm_max_steps}-step budget"
+
+
+@pytest.mark.parametrize("budget, verdict", [(40, "fails"), (30, "fails"), (27, "fails"), (26, "inconclusive")])
+def test_a_budget_above_the_pair_only_shrinks_a_model_that_never_finishes(budget, verdict):
+    """With CoELA unfinished in every house, the paired difference is the budget minus the pair's steps (22, 24, 24
+    in the quick houses): a shorter budget moves the whole interval down, from fails towards inconclusive."""
+    claims = _claim_map(single=[30, 34, 33], pair=[20, 23, 22], comm=[18, 21, 21], llm=[budget] * 3,
+                        short=[22, 24, 24])
+    evidence = claims[CLAIM_LLM].evidence
+    assert evidence.verdict == verdict
+    assert evidence.effect == pytest.approx(budget - 70 / 3)
+    assert evidence.interval[1] - evidence.interval[0] == pytest.approx(5.74, abs=0.01)   # the same spread
