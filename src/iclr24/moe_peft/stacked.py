@@ -3,8 +3,10 @@
 The reproduction trains many small models of the same architecture: the rates of a learning-rate sweep,
 the seeds of a method, the pretrained bases of the seeds. :class:`StackedTrainer` stacks their parameters
 along a leading fit dimension ``B`` and runs each step once for all of them: every ``F.linear`` becomes a
-``torch.baddbmm``/``torch.bmm`` with per-fit weights, element-wise operations run on the stacked tensors, and
-Adam updates every stacked tensor once, with a learning rate per fit. Each fit keeps its own data, batch
+``torch.baddbmm``/``torch.bmm`` with per-fit weights (a trainable one through :class:`_Linear`, whose backward
+rounds as ``F.linear``'s does; a frozen one as the plain product), element-wise operations run on the stacked
+tensors, and Adam updates every stacked tensor once, with a learning rate per fit (``torch._foreach_*`` ops, on
+the CPU a loop of the single-tensor ops ``torch.optim.Adam`` runs). Each fit keeps its own data, batch
 order (its own generator) and learning rate.
 
 The batched step performs, for each fit, the operations of :class:`iclr24.moe_peft.tasks.Trainer` on the
@@ -101,8 +103,16 @@ class _Linear(torch.autograd.Function):
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` of each fit: x ``(B, n, in)``, weight ``(B, out, in)``, bias ``(B, out)`` -> ``(B, n, out)``."""
-    return _Linear.apply(x, weight, bias)
+    """``F.linear`` of each fit: x ``(B, n, in)``, weight ``(B, out, in)``, bias ``(B, out)`` -> ``(B, n, out)``.
+
+    A frozen layer (weight and bias without gradient) runs the batched product itself: its backward computes
+    only ``grad @ weight`` for ``x``, the product :class:`_Linear` spells out, without a Python node.
+    """
+    if weight.requires_grad or (bias is not None and bias.requires_grad):
+        return _Linear.apply(x, weight, bias)
+    if bias is None:
+        return torch.bmm(x, weight.transpose(1, 2))
+    return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
 
 class StackedTrainer:
@@ -152,7 +162,8 @@ class StackedTrainer:
             elif kind == "linear":
                 x = _linear(x, self._p(site, "weight"), self._p(site, "bias"))
             elif kind == "ia3":  # peft: x * (1 * l), then the base layer
-                x = _linear(x * (1 * self._p(site, "ia3_l.default")), self._p(site, "base_layer.weight"),
+                x = _linear(x * self._p(site, "ia3_l.default"),  # peft multiplies by 1 first: exact
+                            self._p(site, "base_layer.weight"),
                             self._p(site, "base_layer.bias"))
             elif kind == "lora":  # peft: base(x) + B(A(x)) * scaling
                 result = _linear(x, self._p(site, "base_layer.weight"), self._p(site, "base_layer.bias"))
@@ -204,17 +215,22 @@ class StackedTrainer:
         bias_correction2_sqrt = (1 - _BETA2 ** self.steps) ** 0.5
         step_sizes = [lr / bias_correction1 for lr in self.lrs]
         same = all(s == step_sizes[0] for s in step_sizes)
-        neg_step = None if same else torch.tensor([-s for s in step_sizes])
-        for name in self.trainable:
-            param, grad = self.params[name], self.params[name].grad
-            exp_avg, exp_avg_sq = self.exp_avg[name], self.exp_avg_sq[name]
-            exp_avg.lerp_(grad, 1 - _BETA1)
-            exp_avg_sq.mul_(_BETA2).addcmul_(grad, grad, value=1 - _BETA2)
-            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(_EPS)
-            if same:
-                param.addcdiv_(exp_avg, denom, value=-step_sizes[0])
-            else:  # addcdiv computes param + value * t1 / t2: the same with value folded into t1
-                param.addcdiv_(exp_avg * neg_step.view(-1, *[1] * (param.dim() - 1)), denom)
+        params = [self.params[name] for name in self.trainable]
+        grads = [p.grad for p in params]
+        exp_avgs = [self.exp_avg[name] for name in self.trainable]
+        exp_avg_sqs = [self.exp_avg_sq[name] for name in self.trainable]
+        # the same element-wise ops on every tensor, in one call each (on the CPU a loop of the single-tensor op)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - _BETA1)
+        torch._foreach_mul_(exp_avg_sqs, _BETA2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - _BETA2)
+        denoms = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denoms, bias_correction2_sqrt)
+        torch._foreach_add_(denoms, _EPS)
+        if same:
+            torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_sizes[0])
+        else:  # addcdiv computes param + value * t1 / t2: the same with value folded into t1
+            neg_step = torch.tensor([-s for s in step_sizes])
+            torch._foreach_addcdiv_(params, [m * neg_step.view(-1, *[1] * (m.dim() - 1)) for m in exp_avgs], denoms)
 
     @torch.no_grad()
     def write_back(self) -> list[nn.Module]:
