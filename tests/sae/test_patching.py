@@ -274,7 +274,10 @@ def test_prompts_a_trial_does_not_change_are_not_re_run_and_the_curve_is_the_sam
     data, model, _ = _tiny_setup([0, 1, 2, 3])
     acts = model.run_with_cache(data.clean[:200:3], ["blocks.1.hook_resid_pre"])[1]["blocks.1.hook_resid_pre"]
     sae = _sparse_sae(acts.flatten(0, 1))
-    clean, cf = data.clean[::41][:8], data.counterfactual[::41][:8]
+    lengths = prompt_lengths(data.clean)  # prompts of every length: their ends and first differing tokens differ
+    rows = torch.cat([torch.nonzero(lengths == n).flatten()[::37][:3] for n in lengths.unique()])[:9]
+    clean, cf = data.clean[rows], data.counterfactual[rows]
+    assert len(prompt_lengths(clean).unique()) > 1 and len((clean != cf).int().argmax(1).unique()) > 1
     kl_clean = feature_patching_curve(model, hook, sae, clean, cf, np.array([]))["kl_clean"]
     args = (sae, clean, cf, kl_clean * np.logspace(-4, -0.5, 5))
     method = "resume_ragged" if hook.endswith("resid_pre") else "run_with_hooks"
@@ -288,7 +291,7 @@ def test_prompts_a_trial_does_not_change_are_not_re_run_and_the_curve_is_the_sam
     np.testing.assert_allclose(changed["kl"], every["kl"], rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(changed["edit"], every["edit"], rtol=1e-12)
     assert changed["kl_clean"] == pytest.approx(every["kl_clean"], rel=1e-6)
-    assert sum(counts) < 0.8 * rows_every  # sparse features change a few of the 8 prompts each
+    assert sum(counts) < 0.8 * rows_every  # sparse features change a few of the 9 prompts each
 
 
 def test_prompts_a_trial_does_not_change_are_not_re_run_on_a_hooked_lm():
@@ -304,7 +307,8 @@ def test_prompts_a_trial_does_not_change_are_not_re_run_on_a_hooked_lm():
         clean = torch.randint(50, (6, 10))
         cf = clean.clone()
         cf[torch.arange(6), torch.randint(3, 8, (6,))] += 1
-        sets.append((clean % 50, cf % 50, torch.full((6,), 9), seed))
+        end = torch.tensor([9, 8, 9, 7, 9, 8]).clamp(min=cf.ne(clean).int().argmax(1))  # ends of their own
+        sets.append((clean % 50, cf % 50, end, seed))
     with torch.no_grad():
         acts = torch.cat([lm.run_with_cache(torch.randint(50, (40, 10)), [hook])[1][hook].flatten(0, 1)])
     decompositions = {"SAE": _sparse_sae(acts), "PCA": baseline_decompositions(acts)["PCA"]}
@@ -331,4 +335,4 @@ def test_prompts_a_trial_does_not_change_are_not_re_run_on_a_hooked_lm():
             for name in decompositions:
                 assert other[name]["n_features"] == curves_every[name]["n_features"]
                 np.testing.assert_allclose(other[name]["kl"], curves_every[name]["kl"], rtol=1e-5, atol=1e-12)
-    assert all(0 < c["SAE"]["n_features"][3] < c["SAE"]["n_features"][0] for c in every)  # decisions both ways
+    assert all(0 < c["SAE"]["n_features"][1] < c["SAE"]["n_features"][0] for c in every)  # decisions both ways
