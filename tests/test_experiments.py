@@ -7,7 +7,9 @@ import re
 import pytest
 
 from iclr24.core import get_experiment, list_experiments, run
-from iclr24.core.evidence import VERDICTS, Evidence
+from iclr24.core.evidence import VERDICTS, Evidence, forest_rows
+from iclr24.core.experiment import PROVENANCES, SUBJECTS
+from iclr24.core.report import read_claim
 
 NAMES = [e.name for e in list_experiments()]
 
@@ -30,16 +32,22 @@ def test_smoke_run_is_complete_and_deterministic(name, tmp_path):
 
 
 def assert_claim_is_evidence(claim):
-    """A claim's verdict comes from the evidence API, with its effect, interval, n and unit (or a reason)."""
+    """A claim's verdict comes from the evidence API, with its effect, interval, n and unit (or a reason), every
+    part of a combined claim has its own, the stored record re-derives from its samples, and the claim says
+    where its margin came from and whether it is about the paper's subject."""
     assert claim["verdict"] in VERDICTS
     assert claim["holds"] is (claim["verdict"] == "holds")
     evidence = Evidence.from_dict(claim["evidence"])  # re-derives the verdict: a written-down one is refused
     assert evidence.verdict == claim["verdict"]
+    assert read_claim(claim).verdict == claim["verdict"], read_claim(claim).problem  # recomputed from samples
+    assert claim["provenance"] in PROVENANCES, f"{claim['statement']!r} has no margin provenance"
+    assert claim["subject"] in SUBJECTS and bool(claim["stand_in"]) == (claim["subject"] == "stand-in")
     if evidence.kind == "not run":
         assert evidence.reason
         return
-    shown = evidence.parts[1] if evidence.kind == "given" else evidence
-    assert shown.n >= 1 and shown.unit and shown.test and shown.effect is not None
+    for _, part, _ in forest_rows(evidence):
+        if part.kind != "not run":
+            assert part.n >= 1 and part.unit and part.test and part.effect is not None
     assert claim["evidence"]["summary"]
 
 

@@ -17,10 +17,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from iclr24.core.evidence import tally
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
 from iclr24.core.experiment import PRESETS, QUICK_BUDGET_S, Experiment, get_experiment, list_experiments
-from iclr24.core.report import build_report, claim_verdict
+from iclr24.core.report import DAMAGED, build_report, claims_tally, read_claim
 from iclr24.core.runner import RunRecord, latest_run, reference_time, reference_times, run_time, sandbox_isolation
 from iclr24.core.seeds import latest_seed_group, parse_seeds, write_seed_group
 
@@ -68,7 +67,7 @@ def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder 
         table.add_column(column)
     for exp in list_experiments():
         record = latest_run(runs, exp.name)
-        verdicts = {c["statement"]: claim_verdict(c) for c in record.result.get("claims", [])} if record else {}
+        verdicts = {c.statement: c.verdict for c in map(read_claim, record.result.get("claims", []))} if record else {}
         claims = "\n".join(f"- {c}" + (f": {_styled(verdicts[c])}" if c in verdicts else "") for c in exp.claims)
         quick = latest_run(runs, exp.name, preset="quick")
         latest = _latest_summary(record)
@@ -97,7 +96,7 @@ def _latest_summary(record: RunRecord | None) -> str:
     r = record.result
     if r.get("status") != "ok":
         return f"failed ({r.get('preset')}, {record.run_dir.name})"
-    verdicts = tally(claim_verdict(c) for c in r.get("claims", []))
+    verdicts = claims_tally(read_claim(c) for c in r.get("claims", []))
     return f"{verdicts} ({r.get('preset')}, {run_time(r)}; {record.run_dir.name})"
 
 
@@ -214,16 +213,19 @@ def run_command(
 
 
 def _closing_tally(records: list[RunRecord], runs_dir: Path, grouped: bool) -> str:
-    """"k hold, m fail, j inconclusive, r not run" over the claims of this command's runs (a seed group's
-    pooled verdicts when several seeds ran)."""
-    verdicts = []
+    """"paper claims: k hold, m fail, j inconclusive, r not run; stand-ins: ..." over the claims of this
+    command's runs (a seed group's pooled verdicts when several seeds ran), each re-derived from its samples."""
+    claims = []
     if grouped:
         for name in dict.fromkeys(r.name for r in records):
-            group = latest_seed_group(runs_dir, name)
-            verdicts += [c["verdict"] for c in (group or {}).get("claims", {}).values()]
+            group = latest_seed_group(runs_dir, name) or {}
+            record = next((r for r in records if r.name == name and r.ok), None)
+            stored = {c.get("statement"): c for c in (record.result.get("claims", []) if record else [])}
+            claims += [read_claim({**stored.get(s, {"statement": s}), "verdict": c.get("verdict"),
+                                   "evidence": c.get("evidence")}) for s, c in group.get("claims", {}).items()]
     else:
-        verdicts = [claim_verdict(c) for r in records if r.ok for c in r.result.get("claims", [])]
-    return tally(verdicts)
+        claims = [read_claim(c) for r in records if r.ok for c in r.result.get("claims", [])]
+    return claims_tally(claims)
 
 
 def _print_group(path: Path) -> None:
@@ -239,7 +241,7 @@ def _print_group(path: Path) -> None:
         err_console.print(f"{group['name']}: seeds {group['failed_seeds']} failed")
 
 
-_STYLES = {"holds": "green", "fails": "red", "inconclusive": "yellow", "not run": "dim"}
+_STYLES = {"holds": "green", "fails": "red", "inconclusive": "yellow", "not run": "dim", DAMAGED: "bold red"}
 
 
 def _styled(verdict: str) -> str:
@@ -252,11 +254,24 @@ def _print_record(record: RunRecord) -> None:
         console.print(f"[bold red]{record.name}: failed[/] {r.get('error', '')} -> {record.run_dir}", highlight=False)
         return
     table = Table(title=f"{record.name} ({r['preset']}, {r['wall_time_s']:.1f}s) -> {record.run_dir}")
-    for column in ("claim", "paper", "measured here", "verdict", "effect [95% interval], n"):
+    for column in ("claim", "paper", "measured here", "verdict", "effect [95% interval], n, vs threshold"):
         table.add_column(column)
-    for c in r["claims"]:
-        table.add_row(c["statement"], c["paper"], c["measured"], _styled(claim_verdict(c)),
-                      (c.get("evidence") or {}).get("summary", ""))
+    for stored in (read_claim(c) for c in r["claims"]):
+        notes = []
+        if stored.subject == "stand-in":
+            notes.append(f"stand-in: {stored.stand_in}")
+        if stored.provenance == "revised":
+            notes.append(f"margin revised: {stored.revision}")
+        if stored.original is not None:
+            notes.append(f"under the first definition: {stored.original.verdict}")
+        statement = stored.statement + "".join(f"\n[dim]({note})[/]" for note in notes)
+        if stored.verdict == DAMAGED:
+            evidence = f"damaged record: {stored.problem}"
+        elif stored.evidence is not None and stored.evidence.kind in ("all_of", "given"):
+            evidence = stored.evidence.summary()
+        else:
+            evidence = stored.evidence.summary() if stored.evidence is not None else ""
+        table.add_row(statement, stored.paper, stored.measured, _styled(stored.verdict), evidence)
     console.print(table)
     failed_checks = [c["statement"] for c in r.get("checks", []) if not c.get("passed")]
     if failed_checks:

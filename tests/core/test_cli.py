@@ -32,7 +32,7 @@ def test_list_shows_each_latest_run_time_and_verdicts(toys, tmp_path):
 
     record = run("toy", preset="smoke", runs_dir=tmp_path, quiet=True)
     summary = _latest_summary(record)
-    assert summary.startswith("1 hold, 0 fail, 0 inconclusive, 0 not run (smoke, ")
+    assert summary.startswith("paper claims: 1 hold, 0 fail, 0 inconclusive, 0 not run (smoke, ")
     r = record.result
     assert f"{r['wall_time_s']:.0f} s (CPU {r['cpu_time_s']:.0f} s); {record.run_dir.name})" in summary
 

@@ -52,7 +52,7 @@ def register_toys():
             timings={"seconds": 0.1},
             claims=[Claim("mean is small", paper="|mean| < 3", measured=f"{mean:.3f}",
                           evidence=against(x.abs().tolist(), 3.0, better="lower", unit="draws"),
-                          criterion="mean |x| < 3")],
+                          criterion="mean |x| < 3", provenance="spec")],
             checks=[Check("the draws are finite", bool(torch.isfinite(x).all()))],
             figures={"samples.png": fig},
             tables={"draws": [{"i": i, "x": v} for i, v in enumerate(x.tolist()[:3])]},

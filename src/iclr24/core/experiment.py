@@ -23,6 +23,8 @@ from iclr24.core.evidence import Evidence
 
 __all__ = [
     "PRESETS",
+    "PROVENANCES",
+    "SUBJECTS",
     "Check",
     "Claim",
     "Experiment",
@@ -44,6 +46,15 @@ PRESETS = ("smoke", "quick", "paper")
 QUICK_BUDGET_S = 180.0
 
 
+#: Where a claim's margin (or bar) came from: the paper's own number, the spec written before the method first
+#: ran, or a revision made after results were seen (its reason recorded, and the claim also judged under the
+#: first definition where that revision made it hold).
+PROVENANCES = ("paper", "spec", "revised")
+#: What a claim's evidence is about: the paper's subject, or a stand-in for it (a simulated model, the embedded
+#: 135M model for a GPT-4 claim, a toy task at ceiling), tallied apart.
+SUBJECTS = ("paper", "stand-in")
+
+
 @dataclass(frozen=True)
 class Claim:
     """One of the paper's claims, judged from this run's measurements.
@@ -62,6 +73,19 @@ class Claim:
         cannot be given one by hand.
     criterion : str
         The test in words, stated before looking at the result; by default the evidence's own rule.
+    provenance : str
+        Where the margin came from: ``"paper"``, ``"spec"`` (set before the method first ran) or ``"revised"``
+        (changed with results in view; ``revision`` says why). Empty means not recorded, which the report flags.
+    revision : str
+        For ``provenance="revised"``: what changed and why, in one line.
+    original : Evidence or None
+        For a revised claim: the same measurements judged under the first definition, shown beside the verdict
+        (it does not decide).
+    subject : str
+        ``"paper"``, or ``"stand-in"`` when the evidence is about something standing in for the paper's subject
+        (a simulated model, a small model for a large one's claim, a toy task); tallied apart.
+    stand_in : str
+        For ``subject="stand-in"``: what stands in for what, in one line.
 
     Attributes
     ----------
@@ -76,14 +100,34 @@ class Claim:
     measured: str
     evidence: Evidence
     criterion: str = ""
+    provenance: str = ""
+    revision: str = ""
+    original: Evidence | None = None
+    subject: str = "paper"
+    stand_in: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.evidence, Evidence):
             raise TypeError(f"Claim.evidence must be an Evidence from iclr24.core.evidence (compare, against, "
                             f"ratio, all_of, given, not_run), got {self.evidence!r}")
-        for name in ("statement", "paper", "measured", "criterion"):
+        for name in ("statement", "paper", "measured", "criterion", "revision", "stand_in"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"Claim.{name} must be a str, got {getattr(self, name)!r}")
+        if self.provenance not in ("", *PROVENANCES):
+            raise ValueError(f"Claim.provenance must be one of {PROVENANCES}, got {self.provenance!r}")
+        if (self.provenance == "revised") != bool(self.revision.strip()):
+            raise ValueError("Claim.revision states why a margin was revised: give it exactly when "
+                             f"provenance='revised' (claim {self.statement!r})")
+        if self.original is not None and not isinstance(self.original, Evidence):
+            raise TypeError(f"Claim.original must be an Evidence, got {self.original!r}")
+        if self.original is not None and self.provenance != "revised":
+            raise ValueError(f"Claim.original is the verdict under a revised claim's first definition; claim "
+                             f"{self.statement!r} is not revised")
+        if self.subject not in SUBJECTS:
+            raise ValueError(f"Claim.subject must be one of {SUBJECTS}, got {self.subject!r}")
+        if (self.subject == "stand-in") != bool(self.stand_in.strip()):
+            raise ValueError("Claim.stand_in says what stands in for the paper's subject: give it exactly when "
+                             f"subject='stand-in' (claim {self.statement!r})")
         if not self.criterion:
             object.__setattr__(self, "criterion", self.evidence.criterion)
 
@@ -95,10 +139,16 @@ class Claim:
     def holds(self) -> bool:
         return self.evidence.verdict == "holds"
 
+    def as_stand_in(self, reason: str) -> Claim:
+        """The same claim, marked as measured on a stand-in (``reason``: what stands in for what)."""
+        return dataclasses.replace(self, subject="stand-in", stand_in=reason)
+
     def to_dict(self) -> dict[str, Any]:
         return {"statement": self.statement, "paper": self.paper, "measured": self.measured,
                 "criterion": self.criterion, "verdict": self.verdict, "holds": self.holds,
-                "evidence": self.evidence.to_dict()}
+                "evidence": self.evidence.to_dict(), "provenance": self.provenance, "revision": self.revision,
+                "original": self.original.to_dict() if self.original is not None else None,
+                "subject": self.subject, "stand_in": self.stand_in}
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,19 @@ import base64
 import datetime as _dt
 import html
 import json
+import math
 import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iclr24.core.evidence import VERDICTS, tally
+from iclr24.core.evidence import Evidence, forest_rows, tally
 from iclr24.core.io import write_bytes_atomic, write_text_atomic
 from iclr24.core.runner import RunRecord, latest_runs, run_time
 from iclr24.core.seeds import latest_seed_group
 
-__all__ = ["build_report", "claim_verdict"]
+__all__ = ["DAMAGED", "StoredClaim", "build_report", "claim_verdict", "claims_tally", "read_claim"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:72rem;
@@ -31,6 +34,11 @@ text-align:left;vertical-align:top} th{background:#f4f4f6} td.num{text-align:rig
 .holds{color:#0a7a2f;font-weight:600} .fails{color:#b3261e;font-weight:600} .muted{color:#666}
 .inconclusive{color:#a0640a;font-weight:600} .notrun{color:#777;font-weight:600}
 .env{font-size:.85rem;color:#444} img{max-width:100%;border:1px solid #eee;margin:.4rem 0}
+table{max-width:100%} td{overflow-wrap:anywhere} #summary{width:100%} #summary td.ev{min-width:14rem}
+tr.method th{background:#e9e9f0;text-align:left} tr.part td{font-size:.85rem;border-top:none;color:#333}
+tr.part td.claim{padding-left:1.6rem} .badge{font-size:.75rem;border-radius:3px;padding:0 .3rem;margin-left:.3rem;
+background:#eee;color:#444;white-space:nowrap} .badge.standin{background:#e8eefc;color:#1d3c8f}
+.badge.revised{background:#fdf0dc;color:#7a4a00} .damaged{color:#fff;background:#b3261e;font-weight:600}
 pre{background:#f6f6f8;padding:.6rem;overflow-x:auto;font-size:.8rem}
 """
 
@@ -77,55 +85,173 @@ def build_report(
 # --- shared rows ------------------------------------------------------------------------------------
 
 
-def _summary_rows(names: list[str], records: dict[str, RunRecord], papers: dict[str, str],
-                  groups: dict[str, dict] | None = None) -> list[dict[str, str]]:
-    """One row per claim. After a seed group, the verdict and evidence are the group's pooled ones."""
-    rows = []
+@dataclass(frozen=True)
+class _MethodRows:
+    name: str
+    paper: str
+    time: str = ""
+    status: str = "not run"  # "ok", "failed" or "not run"
+    error: str = ""
+    claims: tuple[tuple[StoredClaim, str], ...] = ()  # each claim (the seed group's pooled one, if any) and seeds
+
+
+def _method_rows(names: list[str], records: dict[str, RunRecord], papers: dict[str, str],
+                 groups: dict[str, dict] | None = None) -> list[_MethodRows]:
+    """Per method, its claims re-derived from the stored samples. After a seed group, a claim's verdict and
+    evidence are the group's pooled ones."""
+    out = []
     groups = groups or {}
     for name in names:
         record = records.get(name)
-        blank = {"paper_value": "", "measured": "", "verdict": "", "evidence": "", "n": "", "seeds": ""}
         if record is None:
-            rows.append({**blank, "method": name, "paper": papers.get(name, ""), "claim": "(not run yet)",
-                         "time": ""})
+            out.append(_MethodRows(name, papers.get(name, "")))
             continue
         r = record.result
         time_s = f"{run_time(r)}, {r.get('preset', '?')}"
         if r.get("status") != "ok":
-            rows.append({**blank, "method": name, "paper": r.get("paper", ""), "claim": "run failed",
-                         "measured": r.get("error", ""), "verdict": "run failed", "time": time_s})
+            out.append(_MethodRows(name, str(r.get("paper", "")), time_s, "failed", str(r.get("error", ""))))
             continue
         group = groups.get(name, {})
-        for claim in r.get("claims", []) or [{}]:
-            over = group.get("claims", {}).get(claim.get("statement"))
-            evidence = (over or {}).get("evidence") or claim.get("evidence") or {}
-            verdict = over["verdict"] if over else claim_verdict(claim)
-            failed = len(group.get("failed_seeds") or [])
+        failed = len(group.get("failed_seeds") or [])
+        claims = []
+        for claim in r.get("claims", []) if isinstance(r.get("claims"), list) else []:
+            statement = claim.get("statement") if isinstance(claim, Mapping) else None
+            over = group.get("claims", {}).get(statement) if isinstance(statement, str) else None
             seeds = ""
             if over:
                 per_seed = ", ".join(f"{k}: {v}" for k, v in over.get("per_seed", {}).items())
                 seeds = f"pooled over seeds {group.get('seeds')} (each: {per_seed})" + (
                     f", {failed} failed" if failed else "")
-            rows.append({
-                "method": name,
-                "paper": r.get("paper", ""),
-                "claim": claim.get("statement", "(no claims)"),
-                "paper_value": claim.get("paper", ""),
-                "measured": claim.get("measured", ""),
-                "verdict": verdict if claim else "",
-                "evidence": evidence.get("summary", "") if evidence else (over or {}).get("reason", ""),
-                "test": evidence.get("criterion", "") if evidence else "",
-                "seeds": seeds,
-                "time": time_s,
-            })
-    return rows
+                claim = {**claim, "verdict": over.get("verdict"), "evidence": over.get("evidence")}
+            claims.append((read_claim(claim), seeds))
+        out.append(_MethodRows(name, str(r.get("paper", "")), time_s, "ok", claims=tuple(claims)))
+    return out
 
 
-def claim_verdict(claim: dict[str, Any]) -> str:
-    """A result.json claim's verdict; results written before verdicts existed (schema 1) read from ``holds``."""
-    if claim.get("verdict") in VERDICTS:
-        return claim["verdict"]
-    return ("holds" if claim["holds"] else "fails") if "holds" in claim else ""
+def _all_claims(methods: list[_MethodRows]) -> list[StoredClaim]:
+    return [c for m in methods for c, _ in m.claims]
+
+
+def _parts(claim: StoredClaim) -> list[tuple[str, Evidence, bool]]:
+    """The sub-rows of a combined claim: ``(name, evidence, deciding)``; none for a single statistic."""
+    if claim.evidence is None or claim.evidence.kind not in ("all_of", "given"):
+        return []
+    return forest_rows(claim.evidence)
+
+
+def _evidence_text(claim: StoredClaim) -> str:
+    if claim.verdict == DAMAGED:
+        return f"damaged record: {claim.problem}"
+    if claim.evidence is None:
+        return ""
+    if claim.evidence.kind == "all_of":
+        return f"all of {len(claim.evidence.parts)} parts (below)"
+    if claim.evidence.kind == "given":
+        return "a claim tested only if its requirement holds (below)"
+    return claim.evidence.summary()
+
+
+def _notes(claim: StoredClaim) -> list[tuple[str, str]]:
+    """Badges under a claim: ``(css class, text)``."""
+    out = []
+    if claim.subject == "stand-in":
+        out.append(("standin", f"stand-in: {claim.stand_in}"))
+    if claim.provenance == "revised":
+        out.append(("revised", f"margin revised: {claim.revision}"))
+    elif claim.provenance:
+        out.append(("", f"margin from the {claim.provenance}"))
+    else:
+        out.append(("revised", "margin's provenance not recorded"))
+    if claim.original is not None:
+        out.append(("revised", f"under the first definition: {claim.original.verdict}, {claim.original.summary()}"))
+    return out
+
+
+#: The verdict shown for a stored claim whose record does not re-derive (planted, edited or truncated).
+DAMAGED = "damaged"
+
+
+@dataclass(frozen=True)
+class StoredClaim:
+    """A claim read back from ``result.json``, its verdict re-derived from the stored samples.
+
+    ``verdict`` is one of :data:`~iclr24.core.evidence.VERDICTS`, or :data:`DAMAGED` with ``problem`` saying why
+    when the record does not re-derive: a stored verdict or interval that its samples do not give, a record
+    missing its evidence, or one that is not a claim at all."""
+
+    statement: str
+    verdict: str
+    evidence: Evidence | None = None
+    problem: str = ""
+    paper: str = ""
+    measured: str = ""
+    criterion: str = ""
+    subject: str = "paper"
+    stand_in: str = ""
+    provenance: str = ""
+    revision: str = ""
+    original: Evidence | None = None
+
+
+def read_claim(claim: Any) -> StoredClaim:
+    """Re-derive a stored claim: its evidence recomputed from the samples must give the stored verdict."""
+    if not isinstance(claim, Mapping):
+        return StoredClaim(statement=str(claim)[:80], verdict=DAMAGED, problem="not a claim record")
+    text = {k: claim.get(k) if isinstance(claim.get(k), str) else "" for k in
+            ("statement", "paper", "measured", "criterion", "stand_in", "provenance", "revision")}
+    base = {**text, "subject": "stand-in" if claim.get("subject") == "stand-in" else "paper"}
+    if not text["statement"]:
+        return StoredClaim(**base, verdict=DAMAGED, problem="the record has no statement")
+    if not isinstance(claim.get("evidence"), Mapping):
+        return StoredClaim(**base, verdict=DAMAGED, problem="the record holds no evidence to re-derive its verdict "
+                           "from (written before result schema 2, or edited)")
+    try:
+        stored = Evidence.from_dict(claim["evidence"])
+        evidence = stored.rederived()
+        original = Evidence.from_dict(claim["original"]).rederived() if claim.get("original") else None
+    except (TypeError, ValueError, KeyError) as err:
+        return StoredClaim(**base, verdict=DAMAGED, problem=f"its evidence does not re-derive: {err}")
+    problem = _differs(stored, evidence)
+    if not problem and claim.get("verdict") != evidence.verdict:
+        problem = f"stored verdict {claim.get('verdict')!r}, its samples give {evidence.verdict!r}"
+    if problem:
+        return StoredClaim(**base, verdict=DAMAGED, evidence=evidence, problem=problem)
+    return StoredClaim(**base, verdict=evidence.verdict, evidence=evidence, original=original)
+
+
+def claim_verdict(claim: Any) -> str:
+    """A stored claim's verdict, re-derived from its samples (:data:`DAMAGED` if they do not give it)."""
+    return read_claim(claim).verdict
+
+
+def claims_tally(claims: Iterable[StoredClaim]) -> str:
+    """``"paper claims: 3 hold, ...; stand-ins: 1 hold, ..."``, and the damaged records, counted apart."""
+    claims = list(claims)
+    damaged = sum(c.verdict == DAMAGED for c in claims)
+    paper = [c.verdict for c in claims if c.verdict != DAMAGED and c.subject == "paper"]
+    stand_ins = [c.verdict for c in claims if c.verdict != DAMAGED and c.subject == "stand-in"]
+    text = f"paper claims: {tally(paper)}"
+    if stand_ins:
+        text += f"; stand-ins: {tally(stand_ins)}"
+    return text + (f"; {damaged} damaged record{'s' if damaged != 1 else ''}" if damaged else "")
+
+
+def _differs(stored: Evidence, derived: Evidence) -> str:
+    """Why a stored evidence is not what its samples give, or ""."""
+    if stored.verdict != derived.verdict:
+        return f"stored verdict {stored.verdict!r}, its samples give {derived.verdict!r}"
+    if stored.n != derived.n:
+        return f"stored n = {stored.n}, its samples give n = {derived.n}"
+    for which, (a, b) in (("effect", (stored.effect, derived.effect)),):
+        if (a is None) != (b is None) or (a is not None and not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)):
+            return f"stored {which} {a}, its samples give {b}"
+    if (stored.interval is None) != (derived.interval is None) or (stored.interval and not all(
+            math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(stored.interval, derived.interval))):
+        return f"stored interval {stored.interval}, its samples give {derived.interval}"
+    for part, again in zip(stored.parts, derived.parts):
+        if problem := _differs(part, again):
+            return problem
+    return ""
 
 
 def _env_line(env: dict[str, Any]) -> str:
@@ -161,9 +287,8 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
     e = html.escape
     groups = groups or {}
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rows = _summary_rows(names, records, papers, groups)
-    counts = tally(row["verdict"] for row in rows if row["verdict"] in VERDICTS)
-    failed_runs = sum(row["verdict"] == "run failed" for row in rows)
+    methods = _method_rows(names, records, papers, groups)
+    failed_runs = sum(m.status == "failed" for m in methods)
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<title>iclr24 report</title>",
@@ -171,30 +296,52 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
         "<h1>iclr24: ICLR 2024 papers, reproduced at small scale</h1>",
         f"<p class='env'>Generated {e(generated)}. Machine: {e(_env_line(env))}.</p>",
         *_weak_banner(environments),
-        f"<p><b>{e(counts)}</b>" + (f", {failed_runs} runs failed" if failed_runs else "") + ". Each verdict is "
-        "computed from what its run measured, over replicates, against a threshold fixed before the run: "
+        f"<p><b>{e(claims_tally(_all_claims(methods)))}</b>" + (f", {failed_runs} runs failed" if failed_runs else "")
+        + ". Each verdict is re-derived here from the replicates its run stored, against the threshold shown "
+        "beside it (its provenance under the claim: the paper's number, the spec written before the method first "
+        "ran, or a revision made with results in view): "
         "<span class='holds'>holds</span> when the whole 95% interval of the effect is past it, "
         "<span class='fails'>fails</span> when the whole interval is on the other side, "
-        "<span class='inconclusive'>inconclusive</span> otherwise (a tie, fewer than 3 replicates, an interval "
-        "across the threshold). The paper's number is shown beside ours, at the paper's scale and hardware.</p>",
-        "<table id='summary'><thead><tr><th>method</th><th>claim</th><th>paper</th><th>measured here</th>"
-        "<th>verdict</th><th>effect [95% interval], n</th><th>time</th></tr></thead><tbody>",
+        "<span class='inconclusive'>inconclusive</span> otherwise (an interval across the threshold, no spread, "
+        "fewer than 3 independent units). A combined claim shows each part, the deciding ones marked. "
+        "<span class='badge standin'>stand-in</span> claims are measured on something standing in for the "
+        "paper's subject (a simulated or small model, a toy task) and are tallied apart. The paper's number is "
+        "shown beside ours, at the paper's scale and hardware.</p>",
+        "<table id='summary'><thead><tr><th>claim</th><th>paper</th><th>measured here</th>"
+        "<th>verdict</th><th>effect [95% interval], n, vs threshold</th></tr></thead><tbody>",
     ]
-    for row in rows:
-        cls = _verdict_class(row["verdict"])
-        out.append(
-            f"<tr><td><a href='#{e(row['method'])}'>{e(row['method'])}</a></td><td>{e(row['claim'])}</td>"
-            f"<td>{e(row['paper_value'])}</td><td>{e(row['measured'])}</td>"
-            f"<td class='{cls}'>{e(row['verdict'])}</td>"
-            f"<td title='{e(row.get('test', ''))}'>{e(row['evidence'])}"
-            f"{'<br><span class=muted>' + e(row['seeds']) + '</span>' if row.get('seeds') else ''}</td>"
-            f"<td class='num'>{e(row['time'])}</td></tr>"
-        )
+    for m in methods:
+        counts = claims_tally(c for c, _ in m.claims) if m.claims else m.status
+        out.append(f"<tr class='method'><th colspan='5'><a href='#{e(m.name)}'>{e(m.name)}</a>: {e(m.paper)}"
+                   f"<br><span class='muted'>{e(counts)}{'; ' + e(m.time) if m.time else ''}</span></th></tr>")
+        if m.status == "failed":
+            out.append(f"<tr><td colspan='5' class='fails'>run failed: {e(m.error)}</td></tr>")
+        elif m.status == "not run":
+            out.append(f"<tr><td colspan='5' class='muted'>not run yet (<code>iclr24 run {e(m.name)}</code>)</td></tr>")
+        for claim, seeds in m.claims:
+            out.extend(_html_claim_rows(claim, seeds))
     out.append("</tbody></table>")
     for name in names:
         out.extend(_html_section(name, records.get(name), papers, environments.get(name, {}), groups.get(name)))
     out.append("</body></html>\n")
     return "\n".join(out)
+
+
+def _html_claim_rows(claim: StoredClaim, seeds: str = "") -> list[str]:
+    e = html.escape
+    badges = "".join(f"<span class='badge {cls}'>{e(text)}</span>" for cls, text in _notes(claim))
+    verdict_cls = "damaged" if claim.verdict == DAMAGED else _verdict_class(claim.verdict)
+    rows = [f"<tr class='claim'><td>{e(claim.statement)}<br>{badges}</td><td>{e(claim.paper)}</td>"
+            f"<td>{e(claim.measured)}</td><td class='{verdict_cls}'>{e(claim.verdict)}</td>"
+            f"<td class='ev' title='{e(claim.criterion)}'>{e(_evidence_text(claim))}"
+            f"{'<br><span class=muted>' + e(seeds) + '</span>' if seeds else ''}</td></tr>"]
+    for name, part, deciding in _parts(claim):
+        label = f"{name}: {part.label}" if part.label else name
+        rows.append(f"<tr class='part'><td class='claim' colspan='3'>&#8627; {e(label)}"
+                    f"{' <b>(decides)</b>' if deciding else ''}</td>"
+                    f"<td class='{_verdict_class(part.verdict)}'>{e(part.verdict)}</td>"
+                    f"<td class='ev' title='{e(part.criterion)}'>{e(part.summary())}</td></tr>")
+    return rows
 
 
 def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], env: dict[str, Any],
@@ -214,19 +361,28 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
     if r.get("status") != "ok":
         return out + [f"<p class='fails'>Run failed: {e(r.get('error', ''))}</p>",
                       f"<pre>{e(r.get('traceback', ''))}</pre></section>"]
-    if r.get("claims"):
-        out.append("<table><thead><tr><th>claim</th><th>criterion (fixed before the run)</th><th>paper</th>"
-                   "<th>measured here</th><th>verdict</th><th>effect [95% interval], n</th><th>test</th>"
-                   "<th>P(better)</th></tr></thead><tbody>")
-        for c in r["claims"]:
-            verdict = claim_verdict(c)
-            ev = c.get("evidence") or {}
-            prob = ev.get("prob_improvement")
-            out.append(f"<tr><td>{e(c['statement'])}</td><td>{e(c.get('criterion', ''))}</td><td>{e(c['paper'])}</td>"
-                       f"<td>{e(c['measured'])}</td><td class='{_verdict_class(verdict)}'>{e(verdict)}</td>"
-                       f"<td>{e(ev.get('summary', ''))}</td><td>{e(ev.get('test', ''))}</td>"
-                       f"<td class='num'>{'' if prob is None else f'{prob:.2f}'}</td></tr>")
-        out.append("</tbody></table>")
+    claims = [read_claim(c) for c in r.get("claims", [])] if isinstance(r.get("claims"), list) else []
+    if claims:
+        out.append("<table><thead><tr><th>claim</th><th>criterion (fixed before the run)</th><th>test</th>"
+                   "<th>verdict</th><th>effect [95% interval], n, vs threshold</th><th>share past the threshold"
+                   "</th></tr></thead><tbody>")
+        for c in claims:
+            rows = [(c.statement, c.evidence, c.verdict)] + [
+                (f"\u21b3 {name}{': ' + part.label if part.label else ''}", part, part.verdict)
+                for name, part, _ in _parts(c)]
+            for i, (what, ev, verdict) in enumerate(rows):
+                single = ev is not None and ev.kind not in ("all_of", "given", "not run")
+                prob = ev.prob_improvement if single else None
+                criterion = c.criterion if i == 0 else ev.criterion
+                test = ev.test if single else ""
+                summary = _evidence_text(c) if i == 0 else ev.summary()
+                cls = "damaged" if verdict == DAMAGED else _verdict_class(verdict)
+                out.append(f"<tr{' class=part' if i else ''}><td>{e(what)}</td><td>{e(criterion)}</td>"
+                           f"<td>{e(test)}</td><td class='{cls}'>{e(verdict)}</td><td>{e(summary)}</td>"
+                           f"<td class='num'>{'' if prob is None else f'{prob:.2f}'}</td></tr>")
+        out.append("</tbody></table><p class='muted'>Share past the threshold: of the independent units, the "
+                   "share whose own value lies past the claim's threshold in the claimed direction (ties half); "
+                   "shown, never used to decide.</p>")
     if r.get("checks"):
         out.append("<h3>sanity checks (true by construction; not evidence for the paper)</h3><ul>")
         for c in r["checks"]:
@@ -302,30 +458,41 @@ def _markdown(names, records, papers, env, out_dir: Path, groups=None) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
-    rows = _summary_rows(names, records, papers, groups)
+    methods = _method_rows(names, records, papers, groups)
     lines = [
         "# iclr24 report",
         "",
         f"Machine: {_env_line(env)}.",
         "",
-        f"{tally(row['verdict'] for row in rows if row['verdict'] in VERDICTS)}.",
+        f"{claims_tally(_all_claims(methods))}.",
         "",
-        "| method | claim | paper | measured here | verdict | effect [95% interval], n | time |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for row in rows:
-        evidence = f"{row['evidence']} ({row['seeds']})" if row.get("seeds") else row["evidence"]
-        row = {**row, "evidence": evidence}
-        lines.append("| " + " | ".join(cell(row[k]) for k in
-                                       ("method", "claim", "paper_value", "measured", "verdict", "evidence",
-                                        "time")) + " |")
+    for m in methods:
+        counts = claims_tally(c for c, _ in m.claims) if m.claims else m.status
+        lines += [f"## {m.name}: {cell(m.paper)}", "", f"{counts}{'; ' + m.time if m.time else ''}.", ""]
+        if m.status == "failed":
+            lines += [f"Run failed: {cell(m.error)}", ""]
+        if not m.claims:
+            continue
+        lines += ["| claim | paper | measured here | verdict | effect [95% interval], n, vs threshold |",
+                  "| --- | --- | --- | --- | --- |"]
+        for claim, seeds in m.claims:
+            notes = "; ".join(text for _, text in _notes(claim))
+            evidence = _evidence_text(claim) + (f" ({seeds})" if seeds else "")
+            lines.append(f"| {cell(claim.statement)} ({cell(notes)}) | {cell(claim.paper)} | {cell(claim.measured)} "
+                         f"| {claim.verdict} | {cell(evidence)} |")
+            for name, part, deciding in _parts(claim):
+                label = f"{name}: {part.label}" if part.label else name
+                lines.append(f"| &#8627; {cell(label)}{' (decides)' if deciding else ''} | | | {part.verdict} "
+                             f"| {cell(part.summary())} |")
+        lines.append("")
     for name in names:
         record = records.get(name)
         if record is None or record.result.get("status") != "ok":
             continue
         figures = record.result.get("figures", [])
         if figures:
-            lines += ["", f"## {name}", ""]
+            lines += ["", f"### {name}: figures", ""]
         for fig in figures:
             source = record.run_dir / fig
             if source.is_file():
