@@ -20,7 +20,16 @@ from rich.table import Table
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
 from iclr24.core.experiment import PRESETS, QUICK_BUDGET_S, Experiment, get_experiment, list_experiments
 from iclr24.core.report import DAMAGED, build_report, claims_tally, read_claim
-from iclr24.core.runner import RunRecord, latest_run, reference_time, reference_times, run_time, sandbox_isolation
+from iclr24.core.runner import (
+    MAX_SEED,
+    MAX_THREADS,
+    RunRecord,
+    latest_run,
+    reference_time,
+    reference_times,
+    run_time,
+    sandbox_isolation,
+)
 from iclr24.core.seeds import latest_seed_group, parse_seeds, write_seed_group
 
 app = typer.Typer(
@@ -38,16 +47,31 @@ def _user_error(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _check_writable_folder(option: str, path: Path) -> None:
-    """A folder that exists (or can be made) and can be written, or a user error naming ``option``."""
-    if path.exists() and not path.is_dir():
-        raise _user_error(f"{option} {str(path)!r} is a file; give a folder")
+def _check_writable_folder(option: str, path: Path | str) -> Path:
+    """A folder that exists (or can be made) and takes a new file, or a user error naming ``option``."""
+    import tempfile
+
+    if not str(path).strip():
+        raise _user_error(f"{option} is empty; give a folder (e.g. {option} runs)")
+    path = Path(path)
     try:
+        if path.exists() and not path.is_dir():
+            raise _user_error(f"{option} {str(path)!r} is a file; give a folder")
         path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".iclr24-probe-")  # /proc and read-only mounts say no here
+        os.close(fd)
+        os.unlink(probe)
     except OSError as err:
-        raise _user_error(f"{option} {str(path)!r} cannot be created: {err.strerror or err}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise _user_error(f"{option} {str(path)!r} is not writable")
+        shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
+        raise _user_error(f"{option} {shown!r} is not a folder a run can write to: {err.strerror or err}") from None
+    return path
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. a name too long for the file system
+        return False
 
 
 def _resolve(name: str) -> list[Experiment]:
@@ -113,13 +137,13 @@ def run_command(
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. auto); by default a "
                                           "local one is started."),
     overrides: Optional[list[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
-    out: Path = typer.Option(Path("runs"), "--out", help="Folder for run folders."),
-    report_dir: Path = typer.Option(Path("report"), "--report-dir", help="Where the report is rebuilt."),
+    out: str = typer.Option("runs", "--out", help="Folder for run folders."),
+    report_dir: str = typer.Option("report", "--report-dir", help="Where the report is rebuilt."),
     report: bool = typer.Option(True, "--report/--no-report", help="Rebuild the report after running."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
-    threads: int = typer.Option(1, "--threads", min=1,
+    threads: int = typer.Option(1, "--threads",
                                 help="torch threads; 1 gives the steadiest timings on a shared machine."),
-    processes: Optional[int] = typer.Option(None, "--jobs", "-j", min=1,
+    processes: Optional[int] = typer.Option(None, "--jobs", "-j",
                                        help="Runs at once on this machine (local executor); default: one per core. "
                                             "Experiments whose claims time wall-clock run alone afterwards; "
                                             "--jobs 1 runs everything one after another."),
@@ -136,8 +160,13 @@ def run_command(
         except ValueError as err:
             raise _user_error(f"--llm: {err}") from None
         os.environ["ICLR24_LLM"] = llm
-    if seed is not None and not 0 <= seed < 2**63:
-        raise _user_error(f"--seed must be in [0, 2**63), got {seed}")
+    if seed is not None and not 0 <= seed < MAX_SEED:
+        raise _user_error(f"--seed must be in [0, 2**32), got {seed} (scikit-learn's random_state must be below "
+                          "2**32)")
+    if not 1 <= threads <= MAX_THREADS:
+        raise _user_error(f"--threads must be in [1, {MAX_THREADS}], got {threads}")
+    if processes is not None and not 1 <= processes <= MAX_THREADS:
+        raise _user_error(f"--jobs must be in [1, {MAX_THREADS}], got {processes}")
     if seed is not None and seeds is not None:
         raise _user_error(f"--seed {seed} and --seeds {seeds!r} both choose seeds; give one of them")
     if seeds is not None:
@@ -167,9 +196,9 @@ def run_command(
             exp.config(preset, overrides)
         except (TypeError, ValueError) as err:
             raise _user_error(str(err)) from None
-    _check_writable_folder("--out", out)
+    out = _check_writable_folder("--out", out)
     if report:
-        _check_writable_folder("--report-dir", report_dir)
+        report_dir = _check_writable_folder("--report-dir", report_dir)
 
     if processes is not None and executor != "local":
         raise _user_error("--jobs sets the local executor's processes; Ray places tasks itself")
@@ -281,12 +310,12 @@ def _print_record(record: RunRecord) -> None:
 @app.command("report")
 def report_command(
     runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders."),
-    out: Path = typer.Option(Path("report"), "--out", help="Where index.html and README.md are written."),
+    out: str = typer.Option("report", "--out", help="Where index.html and README.md are written."),
 ) -> None:
     """Rebuild report/index.html and report/README.md from the latest run of each method."""
-    if not runs.is_dir():
-        raise _user_error(f"no runs folder at {str(runs)!r}; run `iclr24 run all` first or pass --runs")
-    _check_writable_folder("--out", out)
+    if not _is_folder(runs):
+        raise _user_error(f"no runs folder at {str(runs)[:80]!r}; run `iclr24 run all` first or pass --runs")
+    out = _check_writable_folder("--out", out)
     console.print(f"report: {build_report(runs, out, list_experiments())}")
 
 

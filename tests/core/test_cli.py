@@ -88,8 +88,18 @@ def test_a_run_time_names_a_quick_preset_past_its_budget():
         (("run", "toy", "--llm", "hf:/nonexistent"), "error: --llm: 'hf:/nonexistent': hf needs an existing"),
         (("run", "toy", "--llm", "embedded:x"), "error: --llm: 'embedded:x': unknown embedded model 'x'"),
         (("run", "toy", "--llm", "llamacpp:/no/file.gguf"), "error: --llm: 'llamacpp:/no/file.gguf': no GGUF"),
-        (("run", "toy", "--seed", "-1"), "error: --seed must be in [0, 2**63), got -1"),
-        (("run", "toy", "--seed", str(2**63)), "error: --seed must be in [0, 2**63)"),
+        (("run", "toy", "--seed", "-1"), "error: --seed must be in [0, 2**32), got -1"),
+        (("run", "toy", "--seed", str(2**32)), "error: --seed must be in [0, 2**32), got 4294967296"),
+        (("run", "toy", "--seeds", "4294967290-4294967296"), "error: --seeds must be in [0, 2**32), got 4294967296"),
+        (("run", "toy", "--threads", str(10**20)), "error: --threads must be in [1, 1024], got 100000000000000000000"),
+        (("run", "toy", "--threads", "0"), "error: --threads must be in [1, 1024], got 0"),
+        (("run", "toy", "--jobs", "0"), "error: --jobs must be in [1, 1024], got 0"),
+        (("run", "toy", "--out", ""), "error: --out is empty; give a folder"),
+        (("run", "toy", "--out", "/proc/self/task"), "error: --out '/proc/self/task' is not a folder a run can write"),
+        (("run", "toy", "--out", "a" * 300), "is not a folder a run can write to: File name too long"),
+        (("run", "toy", "--report-dir", "/proc/self/task"), "error: --report-dir '/proc/self/task' is not a folder"),
+        (("report", "--runs", ".", "--out", "/proc/self/task"), "error: --out '/proc/self/task' is not a folder"),
+        (("report", "--runs", "r" * 300), "error: no runs folder at"),
         (("run", "toy", "--set", "n=0"), "error: invalid experiment 'toy' after overrides"),
         (("run", "toy", "--set", "sizes="), "error: experiment 'toy': sizes must not be empty"),
         (("run", "toy", "--out", "a_file"), "error: --out 'a_file' is a file; give a folder"),
@@ -110,14 +120,19 @@ def test_user_errors_print_one_line_and_exit_2(toys, tmp_path, monkeypatch, args
 def test_a_read_only_out_folder_is_a_user_error(toys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "locked").mkdir(mode=0o500)
-    real_access = cli.os.access
+    import tempfile
 
-    def access(path, mode):  # as a non-root user sees a 0o500 folder (root may write anywhere)
-        return False if str(path).endswith("locked") and mode & cli.os.W_OK else real_access(path, mode)
+    real_mkstemp = tempfile.mkstemp
 
-    monkeypatch.setattr(cli.os, "access", access)
+    def mkstemp(*args, dir=None, **kwargs):  # as a non-root user finds a 0o500 folder (root may write anywhere)
+        if str(dir).endswith("locked"):
+            raise PermissionError(13, "Permission denied")
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     result = invoke("run", "toy", "--out", "locked")
-    assert result.exit_code == 2 and "error: --out 'locked' is not writable" in result.output
+    assert result.exit_code == 2 and "error: --out 'locked' is not a folder a run can write to: Permission denied" \
+        in result.output
 
 
 def test_a_damaged_latest_result_does_not_break_show_or_list(toys, tmp_path, monkeypatch):
@@ -130,6 +145,41 @@ def test_a_damaged_latest_result_does_not_break_show_or_list(toys, tmp_path, mon
         with pytest.warns(UserWarning, match="cannot read run result"):
             result = invoke(*args)
         assert result.exit_code == 0, (args, result.output)
+
+
+@pytest.mark.parametrize("damage", [
+    {"claims": 5}, {"wall_time_s": None}, {"wall_time_s": "slow"}, {"metrics": {"m": "high"}},
+    {"claims": ["a claim as a string"]}, {"checks": [5]}, {"timings": [1.0]}, {"name": 5},
+])
+def test_damaged_result_records_are_shown_as_damaged_and_the_commands_go_on(toys, tmp_path, monkeypatch, damage):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report").exit_code == 0
+    (latest,) = (tmp_path / "runs" / "toy").glob("2*")
+    result = json.loads((latest / "result.json").read_text())
+    planted = tmp_path / "runs" / "toy" / "29990101T000000Z"
+    planted.mkdir()
+    (planted / "result.json").write_text(json.dumps({**result, **damage}))
+    for args in (("show", "toy"), ("list",), ("report",)):
+        if damage == {"claims": ["a claim as a string"]}:  # the record reads; the claim is shown as damaged
+            shown = invoke(*args)
+            assert shown.exit_code == 0 and (args == ("report",) or "damaged" in shown.output), shown.output
+            continue
+        with pytest.warns(UserWarning, match="damaged run result|cannot read"):
+            shown = invoke(*args)
+        assert shown.exit_code == 0, (args, shown.output)
+
+
+def test_show_refuses_a_record_of_another_method_planted_in_its_folder(toys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report").exit_code == 0
+    (latest,) = (tmp_path / "runs" / "toy").glob("2*")
+    result = json.loads((latest / "result.json").read_text())
+    planted = tmp_path / "runs" / "toy" / "29990101T000000Z"
+    planted.mkdir()
+    (planted / "result.json").write_text(json.dumps({**result, "name": "toy_empty", "claims": []}))
+    with pytest.warns(UserWarning, match="holds a run of 'toy_empty', not of 'toy'"):
+        shown = invoke("show", "toy")
+    assert shown.exit_code == 0 and latest.name in shown.output  # the toy's own run, not the planted one
 
 
 def test_run_show_and_report(toys, tmp_path, monkeypatch):

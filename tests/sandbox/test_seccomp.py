@@ -90,13 +90,15 @@ libc = ctypes.CDLL(None, use_errno=True)
 out = {}
 for name, call in [("ptrace", lambda: libc.ptrace(0, 0, None, None)),
                    ("keyctl", lambda: libc.syscall(KEYCTL, 0, -3, 0)),
-                   ("io_uring_setup", lambda: libc.syscall(425, 1, ctypes.create_string_buffer(120)))]:
+                   ("io_uring_setup", lambda: libc.syscall(425, 1, ctypes.create_string_buffer(120))),
+                   ("memfd_secret", lambda: libc.syscall(447, 0))]:
     ctypes.set_errno(0)
     out[name] = [call(), ctypes.get_errno()]
 print(json.dumps(out))
 """.replace("KEYCTL", str(DENIED_SYSCALLS["keyctl"][0 if platform.machine() == "x86_64" else 1])))
     assert "seccomp" in result.isolation
-    assert json.loads(result.stdout) == {name: [-1, errno.EPERM] for name in ("ptrace", "keyctl", "io_uring_setup")}
+    assert json.loads(result.stdout) == {name: [-1, errno.EPERM]
+                                         for name in ("ptrace", "keyctl", "io_uring_setup", "memfd_secret")}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or seccomp_filter() is None,

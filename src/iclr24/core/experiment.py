@@ -265,7 +265,7 @@ class RunContext:
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
-        return [(self.seed * n + i) % 2**63 for i in range(n)]
+        return [(self.seed * n + i) % 2**32 for i in range(n)]  # the seed range every library takes
 
     def path(self, name: str) -> Path:
         """A path for an artefact inside the run folder (``artifacts/<name>``).

@@ -58,6 +58,10 @@ __all__ = ["RunInterrupted", "RunRecord", "cpu_seconds", "environment", "latest_
 
 # 2: claims carry a verdict and its evidence; results carry sanity checks.
 RESULT_SCHEMA = 2
+#: Seeds are in [0, MAX_SEED): the range every method's libraries take (scikit-learn's random_state < 2**32).
+MAX_SEED = 2**32
+#: The most torch threads a run may ask for.
+MAX_THREADS = 1024
 #: The forest plot the runner adds to every run with claims.
 EVIDENCE_FIGURE = "evidence.png"
 # This machine, in temporary folder names: only its own dead processes' folders are swept.
@@ -156,10 +160,12 @@ def run(
     cfg = exp.config(preset, overrides)  # user errors surface here, before any folder exists
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {seed!r}")
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be in [0, 2**63), got {seed}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    if not 0 <= seed < MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed} (every method's libraries take such a seed; "
+                         "scikit-learn's random_state must be below 2**32)")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise ValueError(f"threads must be an int in [1, {MAX_THREADS}] or None, got {threads!r}")
 
     started = _dt.datetime.now(_dt.timezone.utc)
     parent = Path(runs_dir) / exp.name
@@ -352,9 +358,41 @@ def load_run(run_dir: str | os.PathLike) -> RunRecord:
     path = Path(run_dir) / "result.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
-        return RunRecord(name=result["name"], run_dir=Path(run_dir), result=result)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise ValueError(f"cannot read run result {path}: {type(err).__name__}: {err}") from None
+    problem = _record_problem(result)
+    if problem:
+        raise ValueError(f"damaged run result {path}: {problem}")
+    return RunRecord(name=result["name"], run_dir=Path(run_dir), result=result)
+
+
+def _record_problem(result: Any) -> str:
+    """What makes a ``result.json`` unreadable by ``list``, ``show`` and ``report``, or "" (a claim inside is
+    judged on its own: :func:`iclr24.core.report.read_claim`)."""
+    if not isinstance(result, dict):
+        return f"not a JSON object but a {type(result).__name__}"
+    if not isinstance(result.get("name"), str) or not result["name"]:
+        return "no method name"
+    for key in ("claims", "checks", "figures"):
+        if not isinstance(result.get(key, []), list):
+            return f"{key!r} is a {type(result[key]).__name__}, not a list"
+    if not all(isinstance(c, dict) for c in result.get("checks", [])):
+        return "a check is not a JSON object"
+    for key in ("metrics", "timings"):
+        values = result.get(key, {})
+        if not isinstance(values, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+            return f"{key!r} must map names to numbers"
+    for key in ("wall_time_s", "cpu_time_s"):
+        value = result.get(key)
+        if result.get("status") == "ok" and key == "wall_time_s" and value is None:
+            return "no wall_time_s"
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{key} is {value!r}, not a number"
+    for key in ("status", "preset", "paper", "started_at"):
+        if not isinstance(result.get(key, ""), str):
+            return f"{key} is not a string"
+    return ""
 
 
 def latest_run(runs_dir: str | os.PathLike, name: str, preset: str | None = None) -> RunRecord | None:
@@ -368,6 +406,9 @@ def latest_run(runs_dir: str | os.PathLike, name: str, preset: str | None = None
             record = load_run(run_dir)
         except ValueError as err:  # a damaged run does not hide the ones before it
             warnings.warn(f"skipping {err}", stacklevel=2)
+            continue
+        if record.name != name:  # a record of another method, planted or moved into this one's folder
+            warnings.warn(f"skipping {run_dir}: it holds a run of {record.name!r}, not of {name!r}", stacklevel=2)
             continue
         if preset is None or record.result.get("preset") == preset:
             return record

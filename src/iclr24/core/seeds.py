@@ -32,7 +32,7 @@ MAX_SEEDS = 10_000
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"``, ``"0-4"`` or a mix (``"0-2,7"``) as a sorted list of distinct seeds in [0, 2**63)."""
+    """``"0,1,2"``, ``"0-4"`` or a mix (``"0-2,7"``) as a sorted list of distinct seeds in [0, 2**32)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"--seeds must list seeds like '0,1,2' or '0-4', got {text!r}")
     seeds: set[int] = set()
@@ -44,8 +44,8 @@ def parse_seeds(text: str) -> list[int]:
         hi = int(match.group(2)) if match.group(2) is not None else lo
         if hi < lo:
             raise ValueError(f"--seeds range {part.strip()!r} runs backwards; write {hi}-{lo}")
-        if hi >= 2**63:
-            raise ValueError(f"--seeds must be in [0, 2**63), got {hi}")
+        if hi >= 2**32:
+            raise ValueError(f"--seeds must be in [0, 2**32), got {hi}")
         if hi - lo + len(seeds) >= MAX_SEEDS:
             raise ValueError(f"--seeds {text!r} holds more than {MAX_SEEDS} seeds; at most {MAX_SEEDS}")
         seeds.update(range(lo, hi + 1))

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from iclr24.l2mac.tasks import CodingTask
 
-__all__ = ["FeatureScore", "direct_completion", "features_percent", "humaneval_passes", "load_humaneval"]
+__all__ = ["FeatureScore", "direct_completion", "features_percent", "humaneval_passes", "humaneval_recording",
+           "load_humaneval"]
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,40 @@ def load_humaneval(limit: int | None = None) -> list[dict]:
 
 
 def humaneval_passes(problem: dict, code: str, *, timeout_s: float = 10.0) -> bool:
-    """Whether ``code`` (defining the entry point) passes the problem's tests, run in the sandbox.
+    """Whether ``code`` (defining the entry point) passes the problem's tests, by differential testing.
 
-    A pass is the scoring harness's report, with a per-call nonce, that ``check()`` returned
-    (:func:`iclr24.sandbox.score_check`): exiting early (``os._exit(0)``, ``sys.exit(0)``) is a failure.
+    The test's ``check`` never runs beside the candidate. It runs here, once with the bundled canonical solution
+    to record the inputs it gives and the answers it expects (:func:`humaneval_recording`), and once more
+    answering each call with what the candidate returned in the sandbox on those inputs, as plain data
+    (:func:`iclr24.sandbox.calls.run_calls`). The check's own assertions and tolerances decide; the candidate
+    never sees the test, the canonical solution or the expected values.
     """
-    from iclr24.sandbox import score_check
+    from iclr24.sandbox.calls import Call, replay_check, run_calls
 
-    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
-    return score_check(program, timeout_s=timeout_s).passed
+    recorded = humaneval_recording(problem)
+    steps = [Call(problem["entry_point"], call.args, call.kwargs) for call in recorded]
+    try:  # the prompt first, as the official harness does: its helpers (e.g. poly) are the candidate's too
+        report = run_calls(steps, program=f"{problem['prompt']}\n\n{code}\n", timeout_s=timeout_s)
+    except ValueError:  # code that is not a program Python can read (e.g. a lone surrogate)
+        return False
+    return replay_check(_trusted_source(problem), "check", recorded, report.outcomes)[0]
+
+
+def humaneval_recording(problem: dict):
+    """The calls ``check`` makes of the canonical solution: inputs and expected answers (cached per problem)."""
+    from iclr24.sandbox.calls import record_check
+
+    key = (problem["task_id"], problem["prompt"], problem["canonical_solution"], problem["test"])
+    if key not in _RECORDINGS:
+        _RECORDINGS[key] = record_check(_trusted_source(problem), "check", problem["entry_point"])
+    return _RECORDINGS[key]
+
+
+_RECORDINGS: dict[tuple, tuple] = {}
+
+
+def _trusted_source(problem: dict) -> str:
+    return f"{problem['prompt']}{problem['canonical_solution']}\n\n{problem['test']}\n"
 
 
 def direct_completion(llm, problem: dict, *, max_tokens: int = 384) -> str:

