@@ -35,7 +35,8 @@ def test_report_holds_every_claim_and_embeds_figures(toys, tmp_path):
     parser.feed(index.read_text())
     assert "mean is small" in parser.cells and "|mean| < 3" in parser.cells
     assert any(c.startswith("run failed") for c in parser.cells)
-    assert "not run yet (" in parser.cells  # hyperattention is registered but has no run here
+    # hyperattention is registered but has no run here
+    assert "not run yet (<code>iclr24 run hyperattention</code>)" in index.read_text()
     assert {"summary", "toy", "toy_forgetful", "hyperattention"} <= set(parser.ids)
     assert len(parser.images) == 2 and parser.images[0].startswith("data:image/png;base64,")  # + the forest plot
     assert "holds" in parser.cells and any(c.endswith("n=4 draws, vs < 3") for c in parser.cells)

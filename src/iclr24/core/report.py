@@ -34,7 +34,7 @@ text-align:left;vertical-align:top} th{background:#f4f4f6} td.num{text-align:rig
 .holds{color:#0a7a2f;font-weight:600} .fails{color:#b3261e;font-weight:600} .muted{color:#666}
 .inconclusive{color:#a0640a;font-weight:600} .notrun{color:#777;font-weight:600}
 .env{font-size:.85rem;color:#444} img{max-width:100%;border:1px solid #eee;margin:.4rem 0}
-table{max-width:100%} td{overflow-wrap:anywhere} #summary{width:100%} #summary td.ev{min-width:14rem}
+table{max-width:100%} td{overflow-wrap:anywhere} td.v{overflow-wrap:normal;white-space:nowrap} #summary{width:100%} #summary td.ev{min-width:14rem}
 tr.method th{background:#e9e9f0;text-align:left} tr.part td{font-size:.85rem;border-top:none;color:#333}
 tr.part td.claim{padding-left:1.6rem} .badge{font-size:.75rem;border-radius:3px;padding:0 .3rem;margin-left:.3rem;
 background:#eee;color:#444;white-space:nowrap} .badge.standin{background:#e8eefc;color:#1d3c8f}
@@ -311,13 +311,13 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
         "<th>verdict</th><th>effect [95% interval], n, vs threshold</th></tr></thead><tbody>",
     ]
     for m in methods:
-        counts = claims_tally(c for c, _ in m.claims) if m.claims else m.status
+        counts = (claims_tally(c for c, _ in m.claims) if m.claims else "run failed" if m.status == "failed"
+                  else "not run yet" if m.status == "not run" else "no claims")
+        how = f" (<code>iclr24 run {e(m.name)}</code>)" if m.status == "not run" else ""
         out.append(f"<tr class='method'><th colspan='5'><a href='#{e(m.name)}'>{e(m.name)}</a>: {e(m.paper)}"
-                   f"<br><span class='muted'>{e(counts)}{'; ' + e(m.time) if m.time else ''}</span></th></tr>")
+                   f"<br><span class='muted'>{e(counts)}{how}{'; ' + e(m.time) if m.time else ''}</span></th></tr>")
         if m.status == "failed":
             out.append(f"<tr><td colspan='5' class='fails'>run failed: {e(m.error)}</td></tr>")
-        elif m.status == "not run":
-            out.append(f"<tr><td colspan='5' class='muted'>not run yet (<code>iclr24 run {e(m.name)}</code>)</td></tr>")
         for claim, seeds in m.claims:
             out.extend(_html_claim_rows(claim, seeds))
     out.append("</tbody></table>")
@@ -332,14 +332,14 @@ def _html_claim_rows(claim: StoredClaim, seeds: str = "") -> list[str]:
     badges = "".join(f"<span class='badge {cls}'>{e(text)}</span>" for cls, text in _notes(claim))
     verdict_cls = "damaged" if claim.verdict == DAMAGED else _verdict_class(claim.verdict)
     rows = [f"<tr class='claim'><td>{e(claim.statement)}<br>{badges}</td><td>{e(claim.paper)}</td>"
-            f"<td>{e(claim.measured)}</td><td class='{verdict_cls}'>{e(claim.verdict)}</td>"
+            f"<td>{e(claim.measured)}</td><td class='v {verdict_cls}'>{e(claim.verdict)}</td>"
             f"<td class='ev' title='{e(claim.criterion)}'>{e(_evidence_text(claim))}"
             f"{'<br><span class=muted>' + e(seeds) + '</span>' if seeds else ''}</td></tr>"]
     for name, part, deciding in _parts(claim):
         label = f"{name}: {part.label}" if part.label else name
         rows.append(f"<tr class='part'><td class='claim' colspan='3'>&#8627; {e(label)}"
                     f"{' <b>(decides)</b>' if deciding else ''}</td>"
-                    f"<td class='{_verdict_class(part.verdict)}'>{e(part.verdict)}</td>"
+                    f"<td class='v {_verdict_class(part.verdict)}'>{e(part.verdict)}</td>"
                     f"<td class='ev' title='{e(part.criterion)}'>{e(part.summary())}</td></tr>")
     return rows
 
