@@ -195,3 +195,13 @@ def test_steps_are_checked_before_anything_runs():
         run_calls([Call("f")])
     with pytest.raises(TypeError, match="not plain data"):
         run_calls([Call("f", (object(),))], program="def f(x):\n    return 1\n")
+
+
+def test_generated_contents_and_names_are_clear_errors_at_the_boundary():
+    from iclr24.sandbox import run_python
+
+    with pytest.raises(ValueError, match="lone surrogate"):
+        run_python("print('\\udcff')".encode().decode("unicode_escape"), timeout_s=5)
+    with pytest.raises(ValueError, match=r"is too long \(a part over 255 bytes") as error:
+        run_calls([Call("calc.f", (1,))], files={"a" * 4200 + ".py": "x = 1", "calc.py": "def f(x):\n    return x\n"})
+    assert len(str(error.value)) < 200  # the name is shortened, not printed whole

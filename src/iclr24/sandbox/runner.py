@@ -149,6 +149,7 @@ def run_python(
         raise ValueError(f"entry must be a relative path ending in .py, got {entry!r}")
     if entry in files:
         raise ValueError(f"files must not contain {entry!r}: that name holds the program given as code")
+    _check_files({entry: code})  # a program with a lone surrogate cannot be written: a clear error, not a crash
     return _run(("script", entry), _check_argv(args), {entry: code, **files}, timeout_s=timeout_s,
                 memory_mb=memory_mb, max_processes=max_processes, max_file_mb=max_file_mb,
                 max_output_bytes=max_output_bytes, isolation=isolation)[0]
@@ -221,28 +222,40 @@ def _check_files(files) -> dict[str, str | bytes]:
     out: dict[str, str | bytes] = {}
     for name, content in files.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"file name {name!r} must be a non-empty str")
+            raise ValueError(f"file name {_shown(name)} must be a non-empty str")
         try:
             name.encode()
         except UnicodeEncodeError:
-            raise ValueError(f"file name {name!r} must be valid UTF-8") from None
+            raise ValueError(f"file name {_shown(name)} must be valid UTF-8") from None
         path = posixpath.normpath(name)
         if name.startswith("/") or "\0" in name or path in (".", "..") or path.startswith("../"):
-            raise ValueError(f"file name {name!r} must be a relative path that stays inside the sandbox directory")
-        if any(len(part.encode()) > 255 for part in path.split("/")):
-            raise ValueError(f"file name {name!r} has a part longer than 255 bytes")
+            raise ValueError(f"file name {_shown(name)} must be a relative path that stays inside the sandbox "
+                             "directory")
+        if any(len(part.encode()) > 255 for part in path.split("/")) or len(path.encode()) > 1024:
+            raise ValueError(f"file name {_shown(name)} is too long (a part over 255 bytes, or over 1024 in all)")
         if path in out:
-            raise ValueError(f"file names {name!r} and another both name {path!r}")
+            raise ValueError(f"file names {_shown(name)} and another both name {_shown(path)}")
         if not isinstance(content, (str, bytes)):
-            raise TypeError(f"file {name!r} must hold str or bytes, got {type(content).__name__}")
+            raise TypeError(f"file {_shown(name)} must hold str or bytes, got {type(content).__name__}")
+        if isinstance(content, str):
+            try:
+                content.encode()
+            except UnicodeEncodeError as err:
+                raise ValueError(f"file {_shown(name)} cannot be written as UTF-8 (a lone surrogate at character "
+                                 f"{err.start})") from None
         out[path] = content
     for path in out:
         parent = posixpath.dirname(path)
         while parent:
             if parent in out:
-                raise ValueError(f"file name {parent!r} is also a folder of {path!r}")
+                raise ValueError(f"file name {_shown(parent)} is also a folder of {_shown(path)}")
             parent = posixpath.dirname(parent)
     return out
+
+
+def _shown(name) -> str:
+    text = repr(name)
+    return text if len(text) <= 80 else text[:77] + "...'"
 
 
 def _resolve_isolation(isolation) -> str:
