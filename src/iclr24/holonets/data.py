@@ -16,7 +16,7 @@ from torch import Tensor
 from iclr24.holonets.operators import UnbalancedClusterWarning
 
 __all__ = ["REAL_DATASETS", "clustered_digraphs", "collapse_graph", "cyclic_dsbm", "flow_dsbm", "load_real_dataset",
-           "scale_heavy_edges", "subdivide_edges", "syn_dir"]
+           "scale_heavy_edges", "subdivide_edges", "syn_dir", "syn_dir_labels"]
 
 #: The paper's real data sets and the files ``load_real_dataset`` expects under ``root/<name>/``.
 REAL_DATASETS = ("chameleon", "squirrel", "arxiv-year", "snap-patents", "roman-empire")
@@ -51,15 +51,24 @@ def syn_dir(num_nodes: int = 5000, p: float = 0.001, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     edge_index = _random_pairs(num_nodes, int(p * num_nodes * (num_nodes - 1)), g)
     x = torch.randn(num_nodes, 1, generator=g)
+    return _data(x, edge_index, syn_dir_labels(edge_index, x), g)
+
+
+def syn_dir_labels(edge_index: Tensor, x: Tensor) -> Tensor:
+    """:func:`syn_dir`'s labels: 1 where the mean of ``x[:, 0]`` over a node's out-neighbours exceeds that over
+    its in-neighbours (an empty neighbourhood's mean is 0).
+
+    Reversing every edge keeps the undirected graph and flips every label whose two means differ; the generator
+    draws a graph and its reverse with the same probability, so without direction the label is a coin flip."""
+    n = x.size(0)
     src, dst = edge_index
 
     def neighbour_mean(at: Tensor, of: Tensor) -> Tensor:
-        total = torch.zeros(num_nodes).index_add_(0, at, x[of, 0])
-        count = torch.zeros(num_nodes).index_add_(0, at, torch.ones(at.numel()))
+        total = torch.zeros(n, dtype=x.dtype).index_add_(0, at, x[of, 0])
+        count = torch.zeros(n, dtype=x.dtype).index_add_(0, at, torch.ones(at.numel(), dtype=x.dtype))
         return total / count.clamp_min(1)
 
-    y = (neighbour_mean(src, dst) > neighbour_mean(dst, src)).long()
-    return _data(x, edge_index, y, g)
+    return (neighbour_mean(src, dst) > neighbour_mean(dst, src)).long()
 
 
 def flow_dsbm(num_nodes: int = 2500, num_classes: int = 5, avg_degree: float = 10.0, flow: float = 0.9, seed: int = 0):
@@ -85,8 +94,14 @@ def flow_dsbm(num_nodes: int = 2500, num_classes: int = 5, avg_degree: float = 1
 
 def cyclic_dsbm(num_nodes: int = 2500, num_classes: int = 5, avg_degree: float = 10.0, noise: float = 2.0,
                 feature_dim: int = 8, seed: int = 0):
-    """A heterophilic control: edges run mostly from class ``a`` to ``a + 1 (mod C)``, and features
-    are noisy class centroids, so neighbourhood aggregation solves it with or without direction."""
+    """A heterophilic DSBM: edges run mostly from class ``a`` to ``a + 1 (mod C)``, and features are noisy
+    class centroids.
+
+    With 5 classes (the control) every class has its own pair of neighbouring classes, so neighbourhood
+    aggregation solves it with or without direction. With 4, class ``a`` and the opposite class ``a + 2`` have
+    the same neighbours (``a + 1`` and ``a - 1``) once direction is dropped: an undirected model sees the pair
+    ``{a, a + 2}`` in the graph and must tell its two classes apart from a node's own noisy features, while
+    direction (out-neighbours in ``a + 1``, in-neighbours in ``a - 1``) tells them apart."""
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(num_nodes) % num_classes
     y = y[torch.randperm(num_nodes, generator=g)]

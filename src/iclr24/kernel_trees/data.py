@@ -5,29 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from sklearn.datasets import load_breast_cancer, load_iris, make_circles, make_moons
+from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine, make_circles, make_moons
 
-__all__ = ["SHAPE_SETS", "load_dataset", "load_shape_set"]
+__all__ = ["BUNDLED", "GENERATED", "SHAPE_SETS", "load_dataset", "load_shape_set"]
 
+#: Drawn anew from each seed: every draw is a data set of its own.
+GENERATED = ("circles", "moons")
+#: Bundled with scikit-learn (no download), and their loaders: the same data whatever the seed.
+BUNDLED = {"iris": load_iris, "wine": load_wine, "cancer": load_breast_cancer, "digits": load_digits}
 #: The paper's 2-D shape sets (Fränti & Sieranoja's clustering benchmarks) and their k.
 SHAPE_SETS = {"pathbased": 3, "aggregation": 7, "flame": 2}
 
 
-def load_dataset(name: str, seed: int = 0, n_samples: int = 300) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(X, y, k)`` for ``circles``, ``moons`` (generated), ``iris`` or ``cancer`` (bundled)."""
+def load_dataset(name: str, seed: int = 0, n_samples: int = 300,
+                 max_bundled: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(X, y, k)`` for ``circles``, ``moons`` (``n_samples`` points drawn with ``seed``), or ``iris``, ``wine``,
+    ``cancer``, ``digits`` (bundled with scikit-learn; the first ``max_bundled`` rows, all if None)."""
     if name == "circles":
         X, y = make_circles(n_samples, factor=0.4, noise=0.04, random_state=seed)
         return X, y, 2
     if name == "moons":
         X, y = make_moons(n_samples, noise=0.05, random_state=seed)
         return X, y, 2
-    if name == "iris":
-        data = load_iris()
-        return data.data, data.target, 3
-    if name == "cancer":
-        data = load_breast_cancer()
-        return data.data, data.target, 2
-    raise ValueError(f"unknown dataset {name!r}; expected circles, moons, iris, cancer or one of {list(SHAPE_SETS)}")
+    if name in BUNDLED:
+        data = BUNDLED[name]()
+        X, y = data.data[:max_bundled], data.target[:max_bundled]
+        return X, y, len(np.unique(y))
+    raise ValueError(f"unknown dataset {name!r}; expected one of {[*GENERATED, *BUNDLED]} or {list(SHAPE_SETS)}")
 
 
 def load_shape_set(name: str, directory: str | Path) -> tuple[np.ndarray, np.ndarray, int]:
