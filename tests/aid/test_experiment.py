@@ -29,9 +29,11 @@ def test_smoke_run_reports_every_claim_figure_and_paired_row(tmp_path):
     assert sorted(result["figures"]) == ["aid_attention.png", "evidence.png", "unseen_accuracy.png"]
     rows = result["tables"]["per_seed"]
     assert len(rows) == 3 * 2 and {r["model"] for r in rows} == set(LABELS.values())
+    (ratio,) = PRESETS["smoke"].ratios
     for key in ("seen", "unseen", "selectivity"):
         for v in ("mlp", "aid"):
-            assert 0 <= result["metrics"][f"{v}_{key}_p0.5"] <= 1
+            assert 0 <= result["metrics"][f"{v}_{key}_p{ratio:g}"] <= 1
+    assert all(c["provenance"] == "revised" and c["revision"] for c in result["claims"])
     lm = result["tables"]["language_model"]
     assert len(lm) == 3 * 2 and all(r["perplexity (queried values)"] >= 1 for r in lm)
     assert result["metrics"]["aid_lm_recall_perplexity"] >= 1
@@ -71,6 +73,37 @@ def test_lm_claim_is_a_paired_comparison_over_seeds():
     # the old median held on -0.5, +0.1, -0.5; a paired interval over 3 seeds does not
     assert _lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 3.9, 2.5]}, cfg).verdict == "inconclusive"
     assert _lm_claim({"aid": [3.0, 4.0], "mlp": [3.5, 4.5]}, cfg).verdict == "inconclusive"  # two seeds
+
+
+def test_every_claim_is_revised_with_its_reason():
+    """The margins are the spec's, but quick's budget (issue #47) and ratio (issue #58) were chosen with results in
+    view."""
+    claims = _claims(_measured(), Config()) + [_lm_claim({"aid": [3.0, 4.0, 2.0], "mlp": [3.5, 4.4, 2.6]}, Config())]
+    assert [c.provenance for c in claims] == ["revised"] * 4
+    assert all("issue #47" in c.revision for c in claims)
+    assert all("ratio 0.5 -> 0" in c.revision for c in claims[:3])
+
+
+def test_the_unseen_claim_is_a_stand_in_only_where_the_baseline_leaves_no_room():
+    """+15 points cannot hold over a baseline above 0.85: a task at ceiling stands in for the paper's."""
+    room = {c.statement: c for c in _claims(_measured(), Config())}       # baseline 0.51
+    assert room[CLAIM_UNSEEN].subject == "paper" and not room[CLAIM_UNSEEN].stand_in
+    ceiling = {c.statement: c for c in _claims(_measured(unseen_aid=(0.95, 0.96, 0.97),
+                                                         unseen_mlp=(0.97, 0.98, 0.98)), Config())}
+    assert ceiling[CLAIM_UNSEEN].subject == "stand-in" and ceiling[CLAIM_UNSEEN].verdict == "fails"
+    assert "p=0.5" in ceiling[CLAIM_UNSEEN].stand_in and "0.98" in ceiling[CLAIM_UNSEEN].stand_in
+    # only the claim the ceiling makes impossible is set apart
+    assert ceiling[CLAIM_FIT].subject == ceiling[CLAIM_BOUND].subject == "paper"
+    # near the edge: 0.84 leaves 16 points, and the claim stays the paper's; 0.86 leaves 14
+    near = {c.statement: c for c in _claims(_measured(unseen_mlp=(0.83, 0.84, 0.85)), Config())}
+    assert near[CLAIM_UNSEEN].subject == "paper"
+    past = {c.statement: c for c in _claims(_measured(unseen_mlp=(0.85, 0.86, 0.87)), Config())}
+    assert past[CLAIM_UNSEEN].subject == "stand-in"
+
+
+def test_quick_runs_the_ratio_where_the_baseline_leaves_room():
+    assert PRESETS["quick"].ratios == (0.0,) and PRESETS["smoke"].ratios == (0.0,)
+    assert Config().ratios == (0.5,)   # the defaults (the old quick size) keep the spec's ratio
 
 
 def test_the_variants_start_from_the_same_shared_weights():

@@ -2,17 +2,29 @@
 
 from types import SimpleNamespace
 
-from iclr24.tora.data import Problem
+import pytest
+
+from iclr24.llm import get_model
+from iclr24.tora.data import Problem, gsm_problems
 from iclr24.tora.experiment import (
     CLAIM_MARGIN,
     CLAIM_PAL,
     CLAIM_SHAPING,
     METHODS,
     PRESETS,
+    RECOVERY_BAR,
     _claims,
     _coverage_check,
     _shaping_coverage,
+    _stand_in,
 )
+
+TEMPLATES = ("bakery", "distance", "spent", "crates")
+
+
+def _templates(n, k=len(TEMPLATES)):
+    """The generator's layout: problem i from template i mod k."""
+    return [f"gsm-synthetic/t{i % k}" for i in range(n)]
 
 
 def _outcomes(n=24, **correct):
@@ -20,34 +32,89 @@ def _outcomes(n=24, **correct):
     return {("one_step", m): [float(i in correct.get(m, ())) for i in range(n)] for m in METHODS}
 
 
-def _verdicts(outcomes, coverage=None, shaping=None):
-    return {c.statement: c for c in _claims(outcomes, shaping, coverage, "scripted")}
+def _verdicts(outcomes, coverage=None, shaping=None, *, k=4, train=None, stand_in="scripted stands in"):
+    n = len(outcomes["one_step", "tora"])
+    templates = {"one_step": _templates(n, k), "train": train if train is not None else _templates(
+        len(coverage["covered"]) if coverage else 0, k)}
+    return {c.statement: c for c in _claims(outcomes, templates, shaping, coverage, "scripted", stand_in)}
 
 
-def test_accuracy_claims_are_paired_over_problems():
-    claims = _verdicts(_outcomes(tora=range(20), pal=range(5)))
+def test_the_generator_names_each_problems_template_and_draws_them_in_turn():
+    problems = gsm_problems(32, seed=0, steps=(1,))
+    assert [p.source for p in problems[:4]] == [f"gsm-synthetic/{t}" for t in TEMPLATES]
+    assert {p.source for p in problems} == {f"gsm-synthetic/{t}" for t in TEMPLATES}
+    assert all(problems[i].source == problems[i + 4].source for i in range(28))
+
+
+def test_accuracy_claims_are_paired_over_problems_and_n_counts_templates():
+    """32 problems of 4 templates are 4 independent units, not 32: n counts templates."""
+    claims = _verdicts(_outcomes(32, tora=range(0, 32, 2), pal=range(0, 32, 8)))
     for statement in (CLAIM_MARGIN, CLAIM_PAL):
-        assert claims[statement].verdict == "holds"
-        assert claims[statement].evidence.unit == "problems" and claims[statement].evidence.n == 24
-        assert claims[statement].evidence.paired
-    assert "scripted, 24 one-step problems" in claims[CLAIM_PAL].measured   # the model that ran is named
+        parts = claims[statement].evidence.parts or (claims[statement].evidence,)
+        for e in parts:
+            assert e.unit == "templates" and e.n == 4 and e.paired
+            assert e.clusters == tuple(_templates(32)) and len(e.samples[0]) == 32   # every problem kept
+    assert "scripted, 32 one-step problems from 4 templates" in claims[CLAIM_PAL].measured
+    # the same outcomes, each problem its own template: n = 32, and the same lead now decides
+    many = _verdicts(_outcomes(32, tora=range(0, 32, 2), pal=range(0, 32, 8)), k=32)
+    assert many[CLAIM_PAL].evidence.n == 32 and many[CLAIM_PAL].verdict == "holds"
+
+
+def test_four_templates_leave_a_lead_undecided_that_ten_templates_or_independent_problems_decide():
+    """ToRA solves half of the problems of every template but one, PAL none. Per problem (32 independent units)
+    that is 12 wins and no loss; over the 4 templates' means (0.5, 0.5, 0.5, 0) a Student t interval on 3 degrees
+    of freedom reaches below 0; over 10 such templates it does not."""
+    half_but_one = [i for i in range(16) if i % 4 != 3]
+    four = _verdicts(_outcomes(32, tora=half_but_one))[CLAIM_PAL]
+    assert four.evidence.n == 4 and four.verdict == "inconclusive" and four.evidence.interval[0] < 0
+    assert _verdicts(_outcomes(32, tora=half_but_one), k=32)[CLAIM_PAL].verdict == "holds"
+    ten = _verdicts(_outcomes(40, tora=[i for i in range(20) if i % 10 != 3]), k=10)[CLAIM_PAL]
+    assert ten.evidence.n == 10 and ten.verdict == "holds"
+
+
+def test_paired_pass_fail_without_clusters_uses_tangos_interval():
+    """Each problem its own template (smoke: 3 problems of 3 templates): 0/1 outcomes, Tango's score interval."""
+    claims = _verdicts(_outcomes(24, tora=range(20), pal=range(5)), k=24)
+    assert claims[CLAIM_PAL].evidence.test.startswith("Tango") and claims[CLAIM_PAL].verdict == "holds"
+    assert claims[CLAIM_MARGIN].verdict == "holds"
 
 
 def test_the_margin_claim_pairs_tora_with_direct_and_with_cot_on_the_same_problems():
     """all_of two paired comparisons: far above direct is not enough when CoT solves the same problems."""
-    claim = _verdicts(_outcomes(tora=range(20), cot=range(20)))[CLAIM_MARGIN]
+    claim = _verdicts(_outcomes(24, tora=range(20), cot=range(20)), k=24)[CLAIM_MARGIN]
     assert claim.evidence.kind == "all_of" and [part.n for part in claim.evidence.parts] == [24, 24]
+    assert [part.label for part in claim.evidence.parts] == ["accuracy, ToRA - direct answer",
+                                                              "accuracy, ToRA - chain of thought"]
     assert claim.verdict == "fails"
 
 
 def test_a_tie_with_pal_is_inconclusive_and_a_small_lead_over_rationale_is_not_a_wide_margin():
     # the review's case: ToRA and PAL solve the same problems (seeds 1 and 2 of the embedded model)
-    tie = _verdicts(_outcomes(tora=range(8), pal=range(8)))
-    assert tie[CLAIM_PAL].verdict == "inconclusive"
-    # 9 of 24 vs 0: +0.375, but 24 problems cannot place the whole interval above 30 points
-    small = _verdicts(_outcomes(tora=range(9)))
-    assert small[CLAIM_MARGIN].verdict == "inconclusive"
-    assert _verdicts(_outcomes(tora=range(2), cot=range(2)))[CLAIM_MARGIN].verdict == "fails"
+    assert _verdicts(_outcomes(tora=range(8), pal=range(8)))[CLAIM_PAL].verdict == "inconclusive"
+    # 9 of 24 vs 0: +0.375, but the interval cannot lie wholly above 30 points
+    assert _verdicts(_outcomes(tora=range(9)), k=24)[CLAIM_MARGIN].verdict == "inconclusive"
+    assert _verdicts(_outcomes(tora=range(2), cot=range(2)), k=24)[CLAIM_MARGIN].verdict == "fails"
+    # over templates: 2 of each template's 6 problems solved by ToRA and by CoT, every template the same
+    assert _verdicts(_outcomes(tora=range(8), cot=range(8)))[CLAIM_MARGIN].verdict == "inconclusive"
+
+
+def test_every_claim_has_its_provenance_and_the_stand_in_is_marked():
+    claims = _verdicts(_outcomes(tora=range(3)))
+    assert {s: c.provenance for s, c in claims.items()} == {CLAIM_MARGIN: "spec", CLAIM_PAL: "spec",
+                                                           CLAIM_SHAPING: "revised"}
+    assert "could not fail" in claims[CLAIM_SHAPING].revision
+    assert all(c.subject == "stand-in" and c.stand_in == "scripted stands in" for c in claims.values())
+    paper = _verdicts(_outcomes(tora=range(3)), stand_in="")
+    assert all(c.subject == "paper" and not c.stand_in for c in paper.values())
+
+
+def test_the_embedded_and_scripted_models_stand_in_and_a_served_model_does_not(monkeypatch):
+    assert "stands in for the paper's models" in _stand_in(get_model("scripted", outputs=[]))
+    pytest.importorskip("openai")
+    from iclr24.llm.openai_backend import OpenAIModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    assert _stand_in(OpenAIModel("gpt-4", base_url="http://127.0.0.1:9/v1")) == ""
 
 
 def test_shaping_not_run_is_not_a_failure():
@@ -55,20 +122,49 @@ def test_shaping_not_run_is_not_a_failure():
     assert claim.verdict == "not run" and "shaping_questions=0" in claim.evidence.reason
 
 
-def test_shaping_claim_pairs_over_training_questions():
+def _shaping(train, records):
+    shaping = SimpleNamespace(records=records, corrected=len(records), tried=2 * len(records))
+    return shaping, _shaping_coverage(train, shaping)
+
+
+def test_shaping_claim_is_the_share_of_missed_questions_that_corrections_cover():
     train = [Problem(f"q{i}", str(i)) for i in range(4)]
     records = [{"question": "q0", "origin": "policy"}, {"question": "q0", "origin": "teacher"},
-               {"question": "q1", "origin": "teacher"}, {"question": "q2", "origin": "teacher"},
-               {"question": "q3", "origin": "teacher"}]
-    shaping = SimpleNamespace(records=records, corrected=4, tried=6)
-    coverage = _shaping_coverage(train, shaping)
-    assert coverage == {"covered": [1.0] * 4, "sampled": [1.0, 0.0, 0.0, 0.0]}
-    claim = _verdicts(_outcomes(), coverage, shaping)[CLAIM_SHAPING]
-    assert claim.evidence.unit == "questions" and claim.evidence.n == 4
-    assert claim.verdict == "inconclusive"                  # 3 of 4 added: too few questions to exclude 0
-    nothing_added = {"covered": [1.0, 0.0, 0.0], "sampled": [1.0, 0.0, 0.0]}
-    assert _verdicts(_outcomes(), nothing_added, shaping)[CLAIM_SHAPING].verdict == "inconclusive"   # a tie
+               {"question": "q1", "origin": "teacher"}, {"question": "q2", "origin": "teacher"}]
+    shaping, coverage = _shaping(train, records)
+    assert coverage == {"covered": [1.0, 1.0, 1.0, 0.0], "sampled": [1.0, 0.0, 0.0, 0.0]}
+    claim = _verdicts(_outcomes(), coverage, shaping, k=4)[CLAIM_SHAPING]
+    e = claim.evidence
+    assert e.kind == "against" and e.samples == ((1.0, 1.0, 0.0),) and e.threshold == RECOVERY_BAR
+    assert e.unit == "templates" and e.n == 3 and claim.verdict == "inconclusive"   # 2 of 3: too few
+    assert "3 without a valid sample, 2 of them covered by a correction" in claim.measured
+    # the first definition, shown beside it: covered - sampled over all four questions
+    assert claim.original.kind == "compare" and claim.original.n == 4 and claim.original.effect == 0.5
     assert _shaping_coverage(train, None) is None
+
+
+def test_the_shaping_bar_can_fail_and_can_hold():
+    """The first definition (covered - sampled > 0) never fails: covered >= sampled by construction. The share of
+    missed questions recovered fails when corrections cover none of 20 (of 20 templates) and holds for 15 of 20."""
+    train = [Problem(f"q{i}", str(i)) for i in range(20)]
+    names = [f"t{i}" for i in range(20)]
+    none, coverage = _shaping(train, [])
+    claim = _verdicts(_outcomes(), coverage, none, train=names)[CLAIM_SHAPING]
+    assert claim.verdict == "fails" and claim.evidence.interval[1] < RECOVERY_BAR
+    assert claim.original.verdict != "fails"   # the old claim could not fail on the same questions
+    most, coverage = _shaping(train, [{"question": f"q{i}", "origin": "teacher"} for i in range(15)])
+    assert _verdicts(_outcomes(), coverage, most, train=names)[CLAIM_SHAPING].verdict == "holds"
+    # over the generator's 4 templates the 20 questions are 4 units: none recovered of 4 cannot fail (an exact
+    # interval on 4 reaches 0.6)
+    four = _verdicts(_outcomes(), _shaping(train, [])[1], none, train=_templates(20))[CLAIM_SHAPING]
+    assert four.evidence.n == 4 and four.verdict == "inconclusive"
+
+
+def test_shaping_with_every_question_sampled_is_not_run():
+    train = [Problem(f"q{i}", str(i)) for i in range(3)]
+    shaping, coverage = _shaping(train, [{"question": f"q{i}", "origin": "policy"} for i in range(3)])
+    claim = _verdicts(_outcomes(), coverage, shaping)[CLAIM_SHAPING]
+    assert claim.verdict == "not run" and "every training question had a valid sample" in claim.evidence.reason
 
 
 def test_coverage_by_construction_is_a_check_and_quick_has_enough_problems():

@@ -53,7 +53,8 @@ CLAIM_LM = "AID lowers a linear transformer's perplexity"
 VARIANTS = ("mlp", "aid")
 LABELS = {"mlp": "FWM (MLP decomposition)", "aid": "FWM + AID"}
 
-# Thresholds, fixed before the run (accuracies are fractions; /work/shared/specs/aid.md's pass rule).
+# Thresholds (accuracies are fractions), each from /work/shared/specs/aid.md's pass rule or the first
+# experiment.py; the quick preset's budget and ratio were revised with results in view (REVISION_*, below).
 #: "Fits the seen combinations": mean seen accuracy above 95% for each variant (spec: train accuracy >= 95%).
 FIT_BAR = 0.95
 #: "Far better" on X2 x Y2: AID's unseen accuracy more than 15 points above the baseline's (spec: >= +15 points).
@@ -62,6 +63,15 @@ MARGIN_UNSEEN = 0.15
 MARGIN_BOUND = 0.0
 #: "Lowers the perplexity": any decrease (no effect = 0).
 MARGIN_LM = 0.0
+
+# Why the claims are "revised" (docs/aid.md, "Evidence, second pass"): their margins are the first ones, but the
+# quick preset that measures them was changed with verdicts in view.
+REVISION_SAR = ("quick's SAR budget (batch 32, lr 3e-3, 600 steps; the defaults: 64, 1e-3, 1500) was picked in issue "
+                "#47 among checkpoints whose verdicts matched the old size's (at 400 steps claim 1 was inconclusive); "
+                "its ratio 0.5 -> 0 in issue #58: at 0.5 the baseline was at ceiling on the unseen combinations "
+                "(0.98), at 0 it leaves room (0.22 on exploration seeds 3-5)")
+REVISION_LM = ("quick's language-model budget (400 steps; the defaults: 1000) was picked in issue #47 with the "
+               "verdicts at 200-1000 steps in view (at 200 this claim failed)")
 
 
 @dataclass(frozen=True)
@@ -111,13 +121,14 @@ class Config:
 
 
 PRESETS = {
-    "smoke": Config(seeds=3, n_words=4, n_pairs=3, embedding_dim=8, input_proj_dim=8, hidden=8, component_dim=4,
-                    mlp_hidden=8, steps=12, batch_size=8, eval_every=6, eval_sequences=8, lm_steps=4, lm_pairs=2,
-                    lm_vocab=4, lm_d_model=8),
+    "smoke": Config(seeds=3, ratios=(0.0,), n_words=4, n_pairs=3, embedding_dim=8, input_proj_dim=8, hidden=8,
+                    component_dim=4, mlp_hidden=8, steps=12, batch_size=8, eval_every=6, eval_sequences=8, lm_steps=4,
+                    lm_pairs=2, lm_vocab=4, lm_d_model=8),
     # Half the batch at three times the learning rate: the six SAR models fit by ~500 steps instead of ~1250, and
     # every verdict is the one of the defaults (batch 64, lr 1e-3, 1500 and 1000 steps), at a third of the CPU time
-    # (docs/aid.md, "Profile and run time").
-    "quick": Config(batch_size=32, lr=3e-3, steps=600, eval_every=100, lm_steps=400),
+    # (docs/aid.md, "Profile and run time"). Ratio 0, where the baseline leaves room on the unseen combinations
+    # (at 0.5 it scores 0.98, and "+15 points" cannot hold; issue #58).
+    "quick": Config(ratios=(0.0,), batch_size=32, lr=3e-3, steps=600, eval_every=100, lm_steps=400),
     # The paper's sizes (hidden 256, memory 32^3, 100-pair sequences, 30k steps, 10 seeds, p in {0, .5, 1}):
     # days on a CPU.
     "paper": Config(seeds=10, ratios=(0.0, 0.5, 1.0), n_words=250, n_pairs=100, hidden=256, component_dim=32,
@@ -267,13 +278,14 @@ def _lm_claim(perplexity: dict[str, list[float]], cfg: Config) -> Claim:
                  f"{statistics.mean(perplexity['mlp']):.3f}; lower with AID in {lower}/{len(perplexity['aid'])} seeds "
                  f"({cfg.lm_layers} layers, {cfg.lm_steps} steps)",
                  compare(perplexity["aid"], perplexity["mlp"], better="lower", margin=MARGIN_LM, unit="seeds",
-                         label="recall perplexity, AID - plain"))
+                         label="recall perplexity, AID - plain"),
+                 provenance="revised", revision=REVISION_LM)
 
 
 def _notes(cfg: Config) -> str:
     return (f"{cfg.seeds} seeds per ratio, paired (same data, same held-out sequences, same initial weights of "
-            f"the parts the two variants share). SAR with {cfg.n_words} words per list and {cfg.n_pairs} pairs per "
-            f"sequence; "
+            f"the parts the two variants share). SAR at p = {', '.join(f'{r:g}' for r in cfg.ratios)} with "
+            f"{cfg.n_words} words per list and {cfg.n_pairs} pairs per sequence; "
             f"FWM with {cfg.hidden}-unit LSTM, 3 input features, components of size {cfg.component_dim} "
             f"(memory {cfg.component_dim}^3), AID with {cfg.iterations} iterations; {cfg.steps} Adam steps of "
             f"{cfg.batch_size} sequences (lr {cfg.lr:g}). Accuracies on {cfg.eval_sequences} held-out "
@@ -304,20 +316,29 @@ def _claims(measured: dict, cfg: Config) -> list[Claim]:
                     unit="seeds" if len(cfg.ratios) == 1 else "seed x ratio pairs",
                     label="retrieval selectivity, AID - MLP")
     higher = sum(a > b for a, b in zip(selectivity["aid"], selectivity["mlp"]))
+    # "+15 points" cannot hold where the baseline already scores above 85%: a task at ceiling stands in for the
+    # paper's, whose baseline fails on the unseen combinations
+    ceiling = [r for r in cfg.ratios if mean("mlp", r, "unseen") > 1 - MARGIN_UNSEEN]
+    at_ceiling = {"subject": "stand-in", "stand_in": (
+        f"SAR at p={', '.join(f'{r:g}' for r in ceiling)}, where the baseline FWM already scores "
+        f"{max(mean('mlp', r, 'unseen') for r in ceiling):.2f} on the unseen combinations (no room for +"
+        f"{MARGIN_UNSEEN * 100:g} points), stands in for the paper's SAR, where it fails")} if ceiling else {}
     return [
         Claim(CLAIM_FIT, "both FWM variants are trained to fit the training combinations (the SAR setup; "
               "the claims are about the unseen ones)",
-              "; ".join(f"p={r:g}: mean seen accuracy over seeds {at(r, 'seen')}" for r in cfg.ratios), fit),
+              "; ".join(f"p={r:g}: mean seen accuracy over seeds {at(r, 'seen')}" for r in cfg.ratios), fit,
+              provenance="revised", revision=REVISION_SAR),
         Claim(CLAIM_UNSEEN, "FWM + AID far above FWM on the X2 x Y2 test combinations at p = 0, 0.5, 1 "
               "(the paper's SAR experiment: 250 words per list, 100 pairs, 30k steps)",
               "; ".join(f"p={r:g}: mean unseen accuracy over seeds {at(r, 'unseen')} (AID - MLP "
                         f"{mean('aid', r, 'unseen') - mean('mlp', r, 'unseen'):+.3f})" for r in cfg.ratios),
-              unseen),
+              unseen, provenance="revised", revision=REVISION_SAR, **at_ceiling),
         Claim(CLAIM_BOUND, "AID's representations are more compositional and well-bound (abstract; the "
               "paper's disentanglement and orthogonality analyses)",
               f"retrieval selectivity on unseen sequences (chance {1 / cfg.n_pairs:.2f}), mean over seeds: "
               + "; ".join(f"p={r:g}: {at(r, 'selectivity')}" for r in cfg.ratios)
-              + f"; AID higher in {higher}/{len(selectivity['aid'])}", bound),
+              + f"; AID higher in {higher}/{len(selectivity['aid'])}", bound,
+              provenance="revised", revision=REVISION_SAR),
     ]
 
 
