@@ -17,8 +17,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from iclr24 import __version__
 from iclr24.core.executors import EXECUTORS, Job, require_ray, run_jobs
-from iclr24.core.experiment import PRESETS, QUICK_BUDGET_S, Experiment, get_experiment, list_experiments
+from iclr24.core.experiment import PRESETS, Experiment, get_experiment, list_experiments
+from iclr24.core.methods import METHOD_PACKAGES
 from iclr24.core.report import DAMAGED, build_report, claims_tally, read_claim
 from iclr24.core.runner import (
     MAX_SEED,
@@ -40,6 +42,18 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"iclr24 {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                              help="Print the version and exit.")) -> None:
+    """ICLR 2024 papers as components, each with a CPU reproduction that checks the paper's claims."""
 
 
 def _user_error(message: str) -> typer.Exit:
@@ -84,23 +98,48 @@ def _resolve(name: str) -> list[Experiment]:
 
 
 @app.command("list")
-def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders.")) -> None:
-    """List the methods, their papers and claims, and the latest result of each."""
-    table = Table(show_lines=True)
-    for column in ("method", "paper", "claims checked (latest verdict)", "latest run; quick preset's time"):
-        table.add_column(column)
+def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders."),
+                 claims: bool = typer.Option(False, "--claims", help="Each claim and its latest verdict too.")) -> None:
+    """List the methods, one line each: its paper and its latest result (--claims: each claim too)."""
+    table = Table(show_lines=claims)
+    columns = ("method", "paper", "claims checked (latest verdict)", "latest run; quick preset's time") if claims \
+        else ("method", "paper", "latest verdicts", "latest run; quick preset's time")
+    for column in columns:
+        table.add_column(column, overflow="fold")
     for exp in list_experiments():
         record = latest_run(runs, exp.name)
-        verdicts = {c.statement: c.verdict for c in map(read_claim, record.result.get("claims", []))} if record else {}
-        claims = "\n".join(f"- {c}" + (f": {_styled(verdicts[c])}" if c in verdicts else "") for c in exp.claims)
+        stored = [read_claim(c) for c in record.result.get("claims", [])] if record and record.ok else []
         quick = latest_run(runs, exp.name, preset="quick")
-        latest = _latest_summary(record)
+        if record is None:
+            latest = "not run"
+        elif not record.ok:
+            latest = f"failed ({record.result.get('preset')}, {record.run_dir.name})"
+        else:
+            latest = f"{record.result.get('preset')}, {run_time(record.result)}; {record.run_dir.name}"
         if quick is None:  # what it cost where it was measured, until it has run here
             latest += f"\nquick: {_reference_quick_time(exp.name)}"
         elif record is not None and quick.run_dir != record.run_dir:  # the quick time, too
             latest += f"\nquick: {run_time(quick.result)}"
-        table.add_row(exp.name, exp.paper, claims, latest)
+        if claims:
+            verdicts = {c.statement: c.verdict for c in stored}
+            shown = "\n".join(f"- {c}" + (f": {_styled(verdicts[c])}" if c in verdicts else "") for c in exp.claims)
+        else:
+            shown = _verdict_counts(stored) if stored else f"{len(exp.claims)} claims, not run" if record is None \
+                else "-"
+        table.add_row(exp.name, _short(exp.paper), shown, latest)
     console.print(table)
+
+
+def _verdict_counts(claims) -> str:
+    """``"3 hold, 1 fails, 2 inconclusive"`` in colour, the zero counts left out."""
+    counts = {}
+    for c in claims:
+        counts[c.verdict] = counts.get(c.verdict, 0) + 1
+    return ", ".join(f"{_styled(v)} {n}" for v, n in counts.items())
+
+
+def _short(paper: str, width: int = 60) -> str:
+    return paper if len(paper) <= width else paper[: width - 3] + "..."
 
 
 def _reference_quick_time(name: str) -> str:
@@ -109,7 +148,7 @@ def _reference_quick_time(name: str) -> str:
     if wall is None:
         return "not run"
     table = reference_times()
-    over = f", over the {QUICK_BUDGET_S:.0f} s budget" if wall > QUICK_BUDGET_S else ""
+    over = ""
     return f"not run here; {wall:.0f} s{over} on {table.get('machine', 'the reference machine')} " \
            f"(reference, {table.get('measured', 'undated')})"
 
@@ -124,7 +163,8 @@ def _latest_summary(record: RunRecord | None) -> str:
     return f"{verdicts} ({r.get('preset')}, {run_time(r)}; {record.run_dir.name})"
 
 
-@app.command("run")
+@app.command("run", help="Run one reproduction (or all) and write runs/<name>/<timestamp>/.\n\nMethods: "
+             f"{', '.join(sorted(METHOD_PACKAGES))}; or all.")
 def run_command(
     name: str = typer.Argument(..., help="A method name, or 'all'."),
     preset: str = typer.Option("quick", "--preset", "-p", help=f"One of {', '.join(PRESETS)}."),
@@ -137,10 +177,12 @@ def run_command(
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. auto); by default a "
                                           "local one is started."),
     overrides: Optional[list[str]] = typer.Option(None, "--set", help="Config override key=value (repeatable)."),
-    out: str = typer.Option("runs", "--out", help="Folder for run folders."),
+    out: str = typer.Option("runs", "--runs", "--out", help="Folder for run folders (--runs, as for list, show "
+                            "and report; --out is the older name)."),
     report_dir: str = typer.Option("report", "--report-dir", help="Where the report is rebuilt."),
     report: bool = typer.Option(True, "--report/--no-report", help="Rebuild the report after running."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or log lines."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars, log lines or tables: the closing "
+                               "line and errors only."),
     threads: int = typer.Option(1, "--threads",
                                 help="torch threads; 1 gives the steadiest timings on a shared machine."),
     processes: Optional[int] = typer.Option(None, "--jobs", "-j",
@@ -206,10 +248,13 @@ def run_command(
     finished: dict[str, list[RunRecord]] = {}
 
     def on_record(record: RunRecord) -> None:
-        _print_record(record)
+        if not quiet or not record.ok:
+            _print_record(record)
         finished.setdefault(record.name, []).append(record)
         if len(seed_list) > 1 and len(finished[record.name]) == len(seed_list):  # the method's group is complete
-            _print_group(write_seed_group(out, sorted(finished[record.name], key=lambda r: r.result["seed"])))
+            group = write_seed_group(out, sorted(finished[record.name], key=lambda r: r.result["seed"]))
+            if not quiet:
+                _print_group(group)
 
     try:
         if processes is None:  # one run per core

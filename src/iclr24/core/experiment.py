@@ -41,9 +41,6 @@ __all__ = [
 #: paper's scale and may want a GPU.
 PRESETS = ("smoke", "quick", "paper")
 
-#: The quick preset's budget, in wall-clock seconds on one torch thread of a 2-core machine. ``iclr24 list`` and
-#: the report flag a measured quick run past it.
-QUICK_BUDGET_S = 180.0
 
 
 #: Where a claim's margin (or bar) came from: the paper's own number, the spec written before the method first

@@ -49,7 +49,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from iclr24.core.evidence import forest_plot, tally
-from iclr24.core.experiment import QUICK_BUDGET_S, Experiment, Result, RunContext, get_experiment
+from iclr24.core.experiment import Experiment, Result, RunContext, get_experiment
 from iclr24.core.io import write_json_atomic
 from iclr24.core.progress import set_quiet
 
@@ -416,13 +416,11 @@ def latest_run(runs_dir: str | os.PathLike, name: str, preset: str | None = None
 
 
 def run_time(result: Mapping[str, Any]) -> str:
-    """A run's cost as people read it, ``"158 s (CPU 156 s)"``; a quick run past its budget says so."""
+    """A run's cost as people read it, ``"158 s (CPU 156 s)"``."""
     wall, cpu = result.get("wall_time_s"), result.get("cpu_time_s")
     if wall is None:
         return ""
     text = f"{wall:.0f} s" + (f" (CPU {cpu:.0f} s)" if cpu is not None else "")
-    if result.get("preset") == "quick" and wall > QUICK_BUDGET_S:
-        text += f", over the {QUICK_BUDGET_S:.0f} s budget"
     return text
 
 
