@@ -3,7 +3,7 @@ import math
 import pytest
 
 from iclr24.core import get_experiment, run
-from iclr24.hyperattention.experiment import _error_claim, clustered_qkv, error_growth_bar
+from iclr24.hyperattention.experiment import CLAIM_ERROR, CLAIM_PPL, _error_claim, clustered_qkv, error_growth_bar
 
 
 def test_smoke_run_reports_every_claim_with_finite_numbers(tmp_path):
@@ -12,13 +12,32 @@ def test_smoke_run_reports_every_claim_with_finite_numbers(tmp_path):
     result = record.result
     assert [c["statement"] for c in result["claims"]] == list(get_experiment("hyperattention").claims)
     assert all(c["verdict"] in ("holds", "fails", "inconclusive", "not run") for c in result["claims"])
-    # three interleaved repeats, three input draws, three held-out sequences: every claim has n >= 3
-    assert all(c["evidence"]["n"] >= 3 for c in result["claims"])
+    # three interleaved repeats, three input draws, three held-out sequences: every measured part has n >= 3
+    assert all(e["n"] >= 3 for c in result["claims"] for e in _measured_parts(c["evidence"]))
+    # scaling and speed: two parts per mask; error: one; ablation: one per variant; perplexity: requirement and cost
+    assert [len(list(_measured_parts(c["evidence"]))) for c in result["claims"]] == [4, 4, 1, 3, 2]
+    # every bar dates from the first version, and each claim has been revised since with results in view: the
+    # reason is on the claim; none was revised into holding. The perplexity claim's tiny model stands in for ChatGLM2.
+    claims = {c["statement"]: c for c in result["claims"]}
+    assert all(c["provenance"] == "revised" and len(c["revision"]) > 40 for c in claims.values())
+    assert "one seed" in claims[CLAIM_ERROR]["revision"]
+    assert all(c["original"] is None for c in claims.values())
+    assert [s for s, c in claims.items() if c["subject"] == "stand-in"] == [CLAIM_PPL]
+    assert "ChatGLM2" in claims[CLAIM_PPL]["stand_in"]
     assert all(math.isfinite(v) for v in {**result["metrics"], **result["timings"]}.values())
     assert {"time_vs_n.png", "error_vs_sample_size.png", "evidence.png"} == set(result["figures"])
     assert all((record.run_dir / f).stat().st_size > 1000 for f in result["figures"])
     smoke = get_experiment("hyperattention").presets["smoke"]
     assert len(result["tables"]["speed"]) == 2 * (len(smoke.ns) + len(smoke.hyper_only_ns))
+
+
+def _measured_parts(evidence: dict):
+    """The base evidence (compare, against, ratio) inside a claim's evidence, all_of / given parts flattened."""
+    if evidence["kind"] in ("all_of", "given"):
+        for part in evidence["parts"]:
+            yield from _measured_parts(part)
+    elif evidence["kind"] != "not run":
+        yield evidence
 
 
 def test_clustered_inputs_have_peaked_attention():

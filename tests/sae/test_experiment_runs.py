@@ -4,7 +4,14 @@ import torch
 
 from iclr24.core import get_experiment, run
 from iclr24.sae import SparseAutoencoder
-from iclr24.sae.experiment import CLAIM_INTERP, CLAIM_LM_FRONTIER, CLAIM_LM_INTERP, CLAIM_LM_PATCH
+from iclr24.sae.experiment import (
+    CLAIM_INTERP,
+    CLAIM_LM_FRONTIER,
+    CLAIM_LM_INTERP,
+    CLAIM_LM_PATCH,
+    CLAIM_PATCH,
+    CLAIM_TOY,
+)
 
 LM_CLAIMS = (CLAIM_LM_FRONTIER, CLAIM_LM_INTERP, CLAIM_LM_PATCH)
 
@@ -28,6 +35,7 @@ def test_lm_none_skips_the_real_lm_and_reports_its_claims_as_not_run(tmp_path):
         assert claims[statement]["verdict"] == "not run"
         assert claims[statement]["evidence"]["kind"] == "not run"
         assert "lm=none" in claims[statement]["evidence"]["reason"]
+        assert claims[statement]["provenance"] == "revised" and claims[statement]["revision"]
     assert all(c["verdict"] != "not run" for s, c in claims.items() if s not in LM_CLAIMS)
     assert not any(k.startswith("lm_") for k in record.result["metrics"])
     assert not (record.run_dir / "artifacts").exists()
@@ -82,3 +90,29 @@ def test_the_real_lm_patching_claim_is_judged_over_seeds_of_prompts_drawn_over_t
     assert evidence["unit"] == f"seeds (each {cfg.lm_patch_prompts} IOI prompt pairs drawn over the templates)"
     assert f"{cfg.lm_patch_seeds} seeds x {cfg.lm_patch_prompts} IOI prompt pairs" in claim["measured"]
     assert "the SAE and PCA are fitted once" in claim["measured"]
+
+
+def test_every_claim_records_its_provenance_subject_and_first_definition(smoke_run):
+    cfg = get_experiment("sae").config("smoke")
+    claims = {c["statement"]: c for c in smoke_run.result["claims"]}
+    # only the toy claim's thresholds are the spec's; the others were defined or changed with results in view
+    assert {s: c["provenance"] for s, c in claims.items()} == {s: "spec" if s == CLAIM_TOY else "revised"
+                                                                for s in get_experiment("sae").claims}
+    assert all(c["revision"] for s, c in claims.items() if s != CLAIM_TOY)
+    assert "f2f1d95" in claims[CLAIM_LM_INTERP]["revision"] and "f4afd30" in claims[CLAIM_LM_PATCH]["revision"]
+    # the tiny IOI model stands in for Pythia; in smoke the random Llama stands in for SmolLM2 as well
+    assert {s for s, c in claims.items() if c["subject"] == "stand-in"} == set(claims) - {CLAIM_TOY}
+    assert "Pythia" in claims[CLAIM_PATCH]["stand_in"] and "random 2-layer Llama" in claims[CLAIM_LM_PATCH]["stand_in"]
+    # both interpretability claims show their first definition beside the verdict: best AUROC against PCA, ICA and
+    # neurons (not random), any margin, over the same groups as the verdict
+    for statement, groups in ((CLAIM_INTERP, cfg.score_groups), (CLAIM_LM_INTERP, cfg.lm_interp_groups)):
+        original, evidence = claims[statement]["original"], claims[statement]["evidence"]
+        assert [p["label"] for p in original["parts"]] == [f"best-AUROC score, SAE - {b}"
+                                                           for b in ("PCA", "ICA", "neurons")]
+        assert all(p["threshold"] == 0.0 and p["n"] == groups and p["unit"] == evidence["parts"][0]["unit"]
+                   for p in original["parts"])
+        assert "first definition, mean best AUROC" in claims[statement]["measured"]
+    assert {k for k in smoke_run.result["metrics"] if k.startswith("lm_auroc_")} == {
+        f"lm_auroc_{b}" for b in ("SAE", "PCA", "ICA", "neurons")}
+    # the patching claims' statistic did not change: no first definition to show
+    assert claims[CLAIM_PATCH]["original"] is None and claims[CLAIM_LM_PATCH]["original"] is None

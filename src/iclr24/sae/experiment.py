@@ -91,11 +91,44 @@ SIM_MARGIN = 0.05
 # SIM_TOP top training contexts; each held-out group scores it on its SIM_TOP_HELDOUT top contexts and
 # SIM_RANDOM_HELDOUT random ones (the paper's "top and random" scoring).
 SIM_TOKENS, SIM_TOP, SIM_TOP_HELDOUT, SIM_RANDOM_HELDOUT = 5, 20, 10, 10
+# The interpretability claims' first definition (the spec's offline score, 6785cc6; INTERP_MARGIN in c37fa5f): each
+# feature's best AUROC against known input variables, the SAE's mean above each of PCA, ICA and neurons by any
+# margin. Random directions pass it (issue #50), so it no longer decides; it is shown beside the verdict. On the
+# real LM its variables are token identity (the AUROC_TOKENS most frequent tokens of the held-out texts, about as
+# many as the tiny model's names) and position.
+FIRST_INTERP_MARGIN = 0.0
+AUROC_TOKENS = 50
 PATCH_MARGIN = 0.0  # fewer features than PCA: any improvement
 PATCH_PROMPT_SEED = 10_000  # the real LM's patching prompts: seed PATCH_PROMPT_SEED + replicate seed
 LM_PATCH_MAX_BATCH = 16  # candidate patches per re-run on the real LM (16 copies of the prompts: ~100 sequences)
 FRONTIER_MARGIN = 0.0  # lower FVU than each baseline at equal L0: any improvement
-KL_TARGET = 0.25  # patching target: KL(patched || cf) <= 0.25 x KL(clean || cf) (fixed in the spec, before the run)
+KL_TARGET = 0.25  # patching target: KL(patched || cf) <= 0.25 x KL(clean || cf) (the first experiment.py, 6785cc6)
+
+# Where each claim's threshold came from (its provenance; docs/sae.md, "Evidence, second pass"). The toy claim's are
+# the spec's pass rule; every other claim was defined or changed with results in view:
+INTERP_REVISION = ("the first definition (the spec's offline score: best AUROC against known input variables, SAE "
+                   "above PCA, ICA, neurons by any margin) was replaced in f2f1d95 after random directions were seen "
+                   "to pass it; the token-simulation score, its budget and SIM_MARGIN 0.05 were set in that commit "
+                   "together with the score's first results, and random directions added as a baseline")
+LM_INTERP_REVISION = ("first stated in f2f1d95 together with its first result (holds), by a score (token simulation) "
+                      "and margin (SIM_MARGIN 0.05) set in that commit after the first definition (best AUROC, any "
+                      "margin) was seen to rank random directions highest on SmolLM2; the first definition is shown "
+                      "beside the verdict")
+PATCH_REVISION = ("the KL target (0.25, first experiment.py) and margin 0 are unchanged; c37fa5f, after a review, "
+                  "counts a curve that never reaches the target as needing more features than any curve tried (it "
+                  "had counted as its first count, a bug) and judges over groups of prompts; failed before and after")
+LM_FRONTIER_REVISION = ("added in 85fb44c, after the method's first runs, with its first result (it failed); margin 0 "
+                        "(no effect) and the definition (FVU at the SAE's L0, baselines keeping each input's L0 "
+                        "largest components) unchanged since; c37fa5f judges it over groups of held-out texts")
+LM_PATCH_REVISION = ("redesigned in f4afd30 after its result: first 3 disjoint groups of 2 IOI prompts of template 0 "
+                     "from one seed (inconclusive, SAE - PCA -17.3 [-51.1, 16.4]), now 3 seeds x 7 prompts drawn over "
+                     "all 8 templates (the review of #50 asked for >= 20 prompts and >= 3 seeds), which made it hold; "
+                     "the statistic, margin 0 and KL target are the first version's, so judging this run's "
+                     "measurements by the first definition would repeat the verdict; the first design's prompts are "
+                     "not re-run")
+TINY_STAND_IN = ("a 3-layer, d_model 64 transformer trained in the run on 4 IOI templates stands in for Pythia-70M / "
+                 "410M")
+RANDOM_LM_STAND_IN = "a random 2-layer Llama (the smoke preset's plumbing check) stands in for SmolLM2-135M"
 
 
 @dataclass(frozen=True)
@@ -300,15 +333,22 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                         "seeds; "
                         + ", ".join(f"tied={b['tied']} l1={b['l1']:g}" for b in toy_best) + "); "
                         + ", ".join(f"{k} {v:.3f}" for k, v in toy_base_mean.items())),
-              evidence=toy_evidence([b["mmcs"] for b in toy_best], [max(b.values()) for b in toy_base])),
+              evidence=toy_evidence([b["mmcs"] for b in toy_best], [max(b.values()) for b in toy_base]),
+              provenance="spec"),
         Claim(CLAIM_INTERP, paper=PAPER_INTERP,
-              measured=_simulation_measured(scores, cfg.score_groups, "groups of held-out prompts"),
-              evidence=simulation_evidence(sim_groups, prompt_groups)),
+              measured=_simulation_measured(scores, cfg.score_groups, "groups of held-out prompts")
+                       + "; first definition, mean best AUROC: " + ", ".join(f"{k} {v:.3f}" for k, v in auroc.items()),
+              evidence=simulation_evidence(sim_groups, prompt_groups), provenance="revised",
+              revision=INTERP_REVISION,
+              original=auroc_evidence({name: [g[name] for g in auroc_groups] for name in decompositions},
+                                      prompt_groups),
+              subject="stand-in", stand_in=TINY_STAND_IN),
         Claim(CLAIM_PATCH, paper=PAPER_PATCH,
               measured=(f"features needed for KL <= {KL_TARGET} x {kl_clean:.2f}, mean over {cfg.patch_groups} "
                         "prompt groups (a group that never reaches the target counts one more than any curve tried): "
                         + ", ".join(f"{k} {v:.1f} (reached in {reached[k]})" for k, v in needed.items())),
-              evidence=patching_evidence(patch_groups, pair_groups)),
+              evidence=patching_evidence(patch_groups, pair_groups), provenance="revised", revision=PATCH_REVISION,
+              subject="stand-in", stand_in=TINY_STAND_IN),
     ]
     notes = (f"Tiny IOI transformer (3 layers, d_model 64): accuracy {acc_train:.2f} on training templates, "
              f"{acc_held:.2f} on the held-out one. Interpretability is the paper's explain-then-simulate score with "
@@ -329,9 +369,12 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
 def lm_claims_not_run() -> list[Claim]:
     """The real-LM claims of a run with ``lm=none``: declared, so reported, with the verdict "not run"."""
     reason = "lm=none: the real LM was skipped on request"
-    return [Claim(CLAIM_LM_FRONTIER, paper=PAPER_LM_FRONTIER, measured="not run (lm=none)", evidence=not_run(reason)),
-            Claim(CLAIM_LM_INTERP, paper=PAPER_INTERP, measured="not run (lm=none)", evidence=not_run(reason)),
-            Claim(CLAIM_LM_PATCH, paper=PAPER_PATCH, measured="not run (lm=none)", evidence=not_run(reason))]
+    return [Claim(CLAIM_LM_FRONTIER, paper=PAPER_LM_FRONTIER, measured="not run (lm=none)", evidence=not_run(reason),
+                  provenance="revised", revision=LM_FRONTIER_REVISION),
+            Claim(CLAIM_LM_INTERP, paper=PAPER_INTERP, measured="not run (lm=none)", evidence=not_run(reason),
+                  provenance="revised", revision=LM_INTERP_REVISION),
+            Claim(CLAIM_LM_PATCH, paper=PAPER_PATCH, measured="not run (lm=none)", evidence=not_run(reason),
+                  provenance="revised", revision=LM_PATCH_REVISION)]
 
 
 def _real_lm(cfg: Config, ctx: RunContext):
@@ -357,7 +400,8 @@ def _real_lm(cfg: Config, ctx: RunContext):
     norms = acts.norm(dim=-1)
     typical = norms <= cfg.lm_outlier_factor * norms.median()
     acts, text_of = acts[typical], text_of[typical]
-    in_text_order = acts, tokens[kept][typical], text_of  # the interpretability score reads whole texts
+    position = positions[None].expand_as(kept)[kept][typical]
+    in_text_order = acts, tokens[kept][typical], text_of, position  # the interpretability scores read whole texts
     gen = torch.Generator().manual_seed(ctx.seed)
     order = torch.randperm(len(acts), generator=gen)
     acts, text_of = acts[order], text_of[order]
@@ -406,15 +450,19 @@ def _real_lm(cfg: Config, ctx: RunContext):
 
     # interpretability: explained on the even-numbered texts, simulated on groups of the odd-numbered ones
     l1_patch = cfg.lm_l1_sweep[len(cfg.lm_l1_sweep) // 2]
-    sim_acts, sim_tokens, sim_text = in_text_order
+    sim_acts, sim_tokens, sim_text, sim_position = in_text_order
     heldout_texts = torch.arange(1, len(texts), 2)
+    interp_groups = [heldout_texts[g::cfg.lm_interp_groups] for g in range(cfg.lm_interp_groups)]
     sim = _simulation_scores({"SAE": saes[l1_patch], **{b: bases[b] for b in SIM_BASES}}, sim_acts / scale,
-                             sim_tokens, sim_text, torch.arange(0, len(texts), 2),
-                             [heldout_texts[g::cfg.lm_interp_groups] for g in range(cfg.lm_interp_groups)],
-                             seed=ctx.seed)
+                             sim_tokens, sim_text, torch.arange(0, len(texts), 2), interp_groups, seed=ctx.seed)
     sim_scores = {k: float(np.mean(v)) for k, v in sim.items()}
+    # the claim's first definition, on the same held-out groups: best AUROC against token identity and position
+    auroc = _auroc_scores({"SAE": saes[l1_patch], **{b: bases[b] for b in BASELINES}}, sim_acts / scale, sim_tokens,
+                          sim_position, sim_text, interp_groups)
+    auroc_means = {k: float(np.mean(v)) for k, v in auroc.items()}
     ctx.log(f"{name} interpretability (token simulation, mean correlation), SAE at l1 {l1_patch:g}: "
-            f"{ {k: round(v, 3) for k, v in sim_scores.items()} }")
+            f"{ {k: round(v, 3) for k, v in sim_scores.items()} }; first definition (mean best AUROC): "
+            f"{ {k: round(v, 3) for k, v in auroc_means.items()} }")
 
     # IOI feature patching on the real model: the SAE of the middle l1 against PCA, once per seed. A seed draws
     # its prompts over every template and its un-patching order; both decompositions run on the same prompts,
@@ -450,10 +498,12 @@ def _real_lm(cfg: Config, ctx: RunContext):
                **{f"lm_groups_at_target_{k}": v for k, v in reached.items()},
                **{f"lm_fvu_{b}_l1_{r['l1']:g}": r[f"{b} fvu"] for r in frontier for b in ("SAE", *BASELINES)},
                **{f"lm_l0_l1_{r['l1']:g}": r["l0"] for r in frontier},
-               **{f"lm_interp_{k}": v for k, v in sim_scores.items()}}
+               **{f"lm_interp_{k}": v for k, v in sim_scores.items()},
+               **{f"lm_auroc_{k}": v for k, v in auroc_means.items()}}
     text_groups = f"held-out text groups (~{cfg.lm_eval_samples // cfg.lm_eval_groups} activations each)"
     patch_unit = f"seeds (each {cfg.lm_patch_prompts} IOI prompt pairs drawn over the templates)"
     held_out_groups = f"held-out text groups (~{len(heldout_texts) // cfg.lm_interp_groups} texts each)"
+    stand_in = {"subject": "stand-in", "stand_in": RANDOM_LM_STAND_IN} if cfg.lm == "random-tiny" else {}
     claims = [
         Claim(CLAIM_LM_FRONTIER, paper=PAPER_LM_FRONTIER,
               measured="; ".join(f"L0 {r['l0']:.0f}: SAE FVU {r['SAE fvu']:.3f} vs "
@@ -462,18 +512,23 @@ def _real_lm(cfg: Config, ctx: RunContext):
                          f"replicates: {cfg.lm_eval_groups} groups of held-out texts)",
               evidence=all_of(*(compare(r["groups"]["SAE"], r["groups"][b], better="lower", margin=FRONTIER_MARGIN,
                                         unit=text_groups, label=f"FVU at L0 {r['l0']:.0f}, SAE - {b}")
-                                for r in frontier for b in BASELINES))),
+                                for r in frontier for b in BASELINES)),
+              provenance="revised", revision=LM_FRONTIER_REVISION, **stand_in),
         Claim(CLAIM_LM_INTERP, paper=PAPER_INTERP,
               measured=f"{name} {hook}, SAE at l1 {l1_patch:g}: " + _simulation_measured(
-                  sim_scores, cfg.lm_interp_groups, "groups of held-out texts"),
-              evidence=simulation_evidence(sim, held_out_groups)),
+                  sim_scores, cfg.lm_interp_groups, "groups of held-out texts")
+                       + f"; first definition, mean best AUROC against token identity ({AUROC_TOKENS} most frequent "
+                         "tokens) and position: " + ", ".join(f"{k} {v:.3f}" for k, v in auroc_means.items()),
+              evidence=simulation_evidence(sim, held_out_groups), provenance="revised", revision=LM_INTERP_REVISION,
+              original=auroc_evidence(auroc, held_out_groups), **stand_in),
         Claim(CLAIM_LM_PATCH, paper=PAPER_PATCH,
               measured=(f"{name} {hook}, {len(patch_groups)} seeds x {cfg.lm_patch_prompts} IOI prompt pairs "
                         f"({len(ld)} in all, {len(templates_seen)} of {len(TEXT_TEMPLATES)} templates; a seed "
                         f"draws the prompts and the un-patching order, the SAE and PCA are fitted once): features "
                         f"for KL <= {KL_TARGET} x {kl_clean:.2f} (SAE at l1 {l1_patch:g}), mean over seeds: "
                         + ", ".join(f"{k} {v:.1f} (reached in {reached[k]})" for k, v in needed.items())),
-              evidence=patching_evidence(patch_groups, patch_unit)),
+              evidence=patching_evidence(patch_groups, patch_unit), provenance="revised",
+              revision=LM_PATCH_REVISION, **stand_in),
     ]
     figures = {"lm_fvu_vs_l0.png": _plot_frontier(frontier, bases, x_eval, name, hook),
                "lm_kl_vs_features.png": _plot_curves(patch_groups[0]["curves"], patch_groups[0]["target"],
@@ -625,6 +680,31 @@ def simulation_evidence(groups: dict[str, list[float]], unit: str):
     ICA, neurons and random directions."""
     return all_of(*(compare(groups["SAE"], groups[b], margin=SIM_MARGIN, unit=unit,
                             label=f"token-simulation score, SAE - {b}") for b in SIM_BASES if b in groups))
+
+
+def auroc_evidence(groups: dict[str, list[float]], unit: str):
+    """The interpretability claims' first definition, shown beside the verdict: over held-out groups, the SAE's mean
+    best-AUROC score above each of PCA, ICA and neurons by FIRST_INTERP_MARGIN."""
+    return all_of(*(compare(groups["SAE"], groups[b], margin=FIRST_INTERP_MARGIN, unit=unit,
+                            label=f"best-AUROC score, SAE - {b}") for b in BASELINES if b in groups))
+
+
+def _auroc_scores(decompositions: dict, acts, tokens, position, context, groups) -> dict[str, list[float]]:
+    """Each decomposition's mean best AUROC per held-out group of texts (``interpretability_scores``), against the
+    identity of the AUROC_TOKENS tokens most frequent in the groups and every position."""
+    held_out = torch.isin(context, torch.cat(groups))
+    counts = torch.bincount(tokens[held_out])
+    frequent = torch.argsort(counts, descending=True, stable=True)[:min(AUROC_TOKENS, int((counts > 0).sum()))]
+    out = {name: [] for name in decompositions}
+    for group in groups:
+        rows = torch.isin(context, group)
+        variables = {**{f"token={int(t)}": tokens[rows] == t for t in frequent},
+                     **{f"position={int(p)}": position[rows] == p for p in position[rows].unique()}}
+        for name, dec in decompositions.items():
+            with torch.no_grad():
+                codes = dec.encode(acts[rows])
+            out[name].append(float(interpretability_scores(codes, variables).mean()))
+    return out
 
 
 def _interpretability(model, data, decompositions) -> dict[str, float]:
