@@ -69,3 +69,26 @@ def test_decode_tokens_stops_at_the_end_token_and_at_stop_strings():
                                        stop=[" 2"])
     assert (text, finish) == ("1", "stop")
     assert sample_token(torch.tensor([0.1, 2.0, 0.3]).log()) == 1
+
+
+def test_deepened_model_computes_the_same_logits_with_more_layers():
+    from iclr24.core.tiny_lm import TinyLM
+    from iclr24.eft import deepened
+
+    torch.manual_seed(0)
+    model = TinyLM(TinyLMConfig(vocab_size=11, context=16, n_layers=2, n_heads=2, d_model=16)).eval()
+    deep = deepened(model, 5)
+    ids = torch.randint(11, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(deep(ids), model(ids))  # bit for bit: each added block adds exactly 0
+    assert len(deep.blocks) == 5 and sum(p.numel() for p in deep.parameters()) > sum(
+        p.numel() for p in model.parameters())
+    # the added blocks are not empty: their attention and MLP input weights are random, so a pass computes them
+    assert deep.blocks[4].attn.qkv.weight.abs().sum() > 0 and deep.blocks[4].mlp[0].weight.abs().sum() > 0
+    assert torch.equal(deepened(model, 2)(ids), model(ids))
+    state = torch.get_rng_state()
+    assert torch.equal(deepened(model, 4, seed=1).blocks[3].attn.qkv.weight,
+                       deepened(model, 4, seed=1).blocks[3].attn.qkv.weight)  # seeded
+    assert torch.equal(torch.get_rng_state(), state)  # and the caller's random state untouched
+    with pytest.raises(ValueError, match="n_layers must be an int >= the model's 2 layers"):
+        deepened(model, 1)

@@ -12,7 +12,7 @@ https://arxiv.org/abs/2310.12962
 
 from iclr24.eft.eft import EFTModel, check_shared_tokenizer, eft_logprobs, implicit_reward, interpolate_rewards
 from iclr24.eft.speculative import SpeculativeResult, speculative_generate
-from iclr24.eft.toy import ToyWorld, train_lm
+from iclr24.eft.toy import ToyWorld, deepened, train_lm
 
-__all__ = ["EFTModel", "SpeculativeResult", "ToyWorld", "check_shared_tokenizer", "eft_logprobs", "implicit_reward",
-           "interpolate_rewards", "speculative_generate", "train_lm"]
+__all__ = ["EFTModel", "SpeculativeResult", "ToyWorld", "check_shared_tokenizer", "deepened", "eft_logprobs",
+           "implicit_reward", "interpolate_rewards", "speculative_generate", "train_lm"]

@@ -15,6 +15,7 @@ but can only guess the city. EFT up-scaling should get both right.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from iclr24.core.tiny_lm import TinyLM, TinyLMConfig
 from iclr24.llm.torch_lm import TorchLM, WordVocab
 
-__all__ = ["ToyWorld", "train_lm"]
+__all__ = ["ToyWorld", "deepened", "train_lm"]
 
 _CONSONANTS, _VOWELS = "bdfgklmnprstvz", "aeiou"
 FACT_TEMPLATES = ("{name} lives in {city} .", "the home of {name} is {city} .",
@@ -139,6 +140,29 @@ def train_lm(texts: list[str], vocab: WordVocab, config: TinyLMConfig, *, steps:
         if progress is not None:
             progress()
     return model.eval()
+
+
+def deepened(model: TinyLM, n_layers: int, *, seed: int = 0) -> TinyLM:
+    """``model`` with identity blocks appended up to ``n_layers``: the same function, the cost of a deeper model.
+
+    Each added block's attention and MLP output projections are zero (weights and biases), so it adds exactly 0 to
+    the residual stream and the logits are bit-for-bit ``model``'s; its other weights are seeded random, and a
+    forward pass still computes every layer norm, attention and MLP. This stands in for a larger model where
+    training one is out of budget and only its cost matters (EFT's speed claim: a 70B target against a 7B draft).
+    """
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < model.cfg.n_layers:
+        raise ValueError(f"n_layers must be an int >= the model's {model.cfg.n_layers} layers, got {n_layers!r}")
+    with torch.random.fork_rng():  # seeded added blocks, and the caller's random state left as it was
+        torch.manual_seed(seed)
+        deep = TinyLM(dataclasses.replace(model.cfg, n_layers=n_layers))
+    missing, unexpected = deep.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("blocks.") for k in missing), (missing, unexpected)
+    with torch.no_grad():
+        for block in deep.blocks[model.cfg.n_layers:]:
+            for layer in (block.attn.proj, block.mlp[2]):
+                layer.weight.zero_()
+                layer.bias.zero_()
+    return deep.eval()
 
 
 def _copy(model: TinyLM) -> TinyLM:
