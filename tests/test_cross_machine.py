@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from iclr24.core import list_experiments, run
+from iclr24.core import get_experiment, list_experiments, run
 
 NAMES = [e.name for e in list_experiments()]
 #: What another x86 CPU without AVX-512 would run: each library's kernels capped at AVX2.
@@ -17,8 +17,10 @@ AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"
                 "OPENBLAS_CORETYPE": "Haswell"}
 
 
-def _verdicts(result):
-    return {c["statement"]: c["verdict"] for c in result["claims"]}
+def _verdicts(name, result):
+    """Every verdict but those judged on wall-clock (they vary with the load, on one machine too)."""
+    timed = set(get_experiment(name).timed_claims)
+    return {c["statement"]: c["verdict"] for c in result["claims"] if c["statement"] not in timed}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -33,4 +35,4 @@ def test_a_smoke_run_gives_the_same_verdicts_with_avx2_kernels(name, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     (result_path,) = out.glob(f"{name}/*/result.json")
     there = json.loads(result_path.read_text())
-    assert _verdicts(there) == _verdicts(here.result)
+    assert _verdicts(name, there) == _verdicts(name, here.result)

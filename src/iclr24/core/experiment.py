@@ -295,6 +295,7 @@ class Experiment:
     default_preset: str = "quick"
     num_cpus: int = 1  # the cores one run uses: what a Ray task asks for (--executor ray)
     runs_alone: bool = False  # its claims time wall-clock: `run all` runs it with nothing beside it
+    timed_claims: tuple[str, ...] = ()  # the claims judged on wall-clock: their verdicts may vary run to run
 
     @property
     def config_class(self) -> type:
@@ -324,6 +325,7 @@ def experiment(
     description: str = "",
     num_cpus: int = 1,
     runs_alone: bool = False,
+    timed_claims: Sequence[str] = (),
 ) -> Callable[[Callable[[Any, RunContext], Result]], Experiment]:
     """Register a reproduction under ``name``.
 
@@ -347,6 +349,9 @@ def experiment(
     runs_alone : bool
         The claims time wall-clock (a speed-up): ``run all`` runs this experiment after the others, with nothing
         beside it, so the timings are not shared with another run's load.
+    timed_claims : sequence of str
+        The claims (among ``claims``) judged on wall-clock times. Every other verdict is a function of the seed
+        and preset; these also depend on the machine's load, so tests of determinism leave them out.
 
     Examples
     --------
@@ -373,6 +378,9 @@ def experiment(
         )
     if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
         raise ValueError(f"experiment {name!r}: num_cpus must be an int >= 1, got {num_cpus!r}")
+    if not set(timed_claims) <= set(claims):
+        raise ValueError(f"experiment {name!r}: timed_claims must be among its claims, got "
+                         f"{sorted(set(timed_claims) - set(claims))}")
     classes = {type(cfg) for cfg in presets.values()}
     if len(classes) != 1 or not dataclasses.is_dataclass(next(iter(classes))):
         raise TypeError(f"experiment {name!r}: presets must be instances of one dataclass, got {classes}")
@@ -387,6 +395,7 @@ def experiment(
             description=description or _first_line(fn.__doc__),
             num_cpus=num_cpus,
             runs_alone=bool(runs_alone),
+            timed_claims=tuple(timed_claims),
         )
         previous = _REGISTRY.get(name)
         # Re-importing the same module (importlib.reload, notebooks) re-registers the same

@@ -148,6 +148,7 @@ PRESETS = {
     description="EFT: a small model's fine-tuning delta on a large base, scored on facts and format; speculative "
                 "decoding.",
     runs_alone=True,  # the speculative claim times wall-clock
+    timed_claims=[CLAIM_SPECULATIVE],
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
     """Train the trio, score its members and EFT, sweep beta, test speculative decoding, check real-LM invariants."""
