@@ -6,6 +6,7 @@ from iclr24.subspace_patching.experiment import (
     CLAIM_RESID,
     DORMANT_SD,
     OUTSIDE_SHARE,
+    first_mlp_evidence,
     mlp_illusion_evidence,
     name_mover_evidence,
 )
@@ -38,6 +39,31 @@ def test_mlp_illusion_fails_when_the_patch_stays_inside_the_clean_range():
 
 def test_mlp_illusion_fails_when_the_full_mlp_patch_does_something():
     assert mlp_illusion_evidence(DAS, [30.0, 28.0, 33.0, 31.0], DORMANT, OUTSIDE).verdict == "fails"
+
+
+def test_each_part_of_the_mlp_claim_is_labelled():
+    # the report shows every part of an all_of; the two sides of "the full MLP patch does nothing" are told apart
+    labels = [p.label for p in mlp_illusion_evidence(DAS, FULL, DORMANT, OUTSIDE).parts]
+    assert len(set(labels)) == len(labels) == 5 and all(labels)
+
+
+def test_patches_along_a_das_direction_are_clustered_by_the_direction_they_were_judged_with():
+    # six groups judged with three directions: the parts along a direction count 3 units, the full patch 6 groups
+    directions = ["das-seed0", "das-seed1", "das-seed2"] * 2
+    das, full = [44.0, 46.0, 41.0, 45.0, 43.0, 47.0], [-1.0, 0.5, -2.0, 1.0, 0.0, -0.5]
+    parts = mlp_illusion_evidence(das, full, DORMANT + DORMANT[:2], OUTSIDE + OUTSIDE[:2], directions=directions).parts
+    assert [p.n for p in parts] == [3, 6, 6, 3, 3]
+    assert parts[0].effect == sum(das) / 6 and parts[0].clusters == tuple(directions)
+    assert name_mover_evidence([138.0] * 6, [126.0, 128, 120, 125, 127, 121], [13.0, 15, 10, 14, 12, 11],
+                               directions=directions).parts[0].n == 3
+
+
+def test_the_first_definition_of_the_mlp_claim_is_rowspace_below_half_the_das_effect():
+    # the first experiment.py's third part: shown beside the revised claim (Claim.original), never deciding it
+    assert first_mlp_evidence(DAS, FULL, [10.0, 12.0, 9.0, 11.0]).verdict == "holds"
+    assert first_mlp_evidence(DAS, FULL, [30.0, 31.0, 29.0, 32.0]).verdict == "fails"
+    # the review's SmolLM2 case: about half of the effect in the rowspace part decides nothing under it
+    assert first_mlp_evidence(DAS, FULL, [22.0, 24.0, 20.0, 23.5]).verdict == "inconclusive"
 
 
 def test_two_prompt_groups_decide_nothing():

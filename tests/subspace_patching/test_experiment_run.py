@@ -48,3 +48,14 @@ def test_every_seed_and_the_dormancy_statistics_are_reported(smoke_result):
     assert len(tables["mlp_scan"]) >= 2  # the claim's MLP and at least one neighbour (mlp_scan_width=1)
     evidence = json.dumps(smoke_result["claims"][0]["evidence"])
     assert "separation along v_row" in evidence and "outside the clean central 99%" in evidence
+
+
+def test_every_claim_records_its_provenance_and_the_random_model_is_a_stand_in(smoke_result):
+    claims = smoke_result["claims"]
+    assert [c["provenance"] for c in claims] == ["revised", "spec", "revised"]
+    assert all(c["subject"] == "stand-in" and "random 3-layer Llama" in c["stand_in"] for c in claims)
+    # the MLP claim under its first definition (rowspace part below half the DAS FLDD), shown beside the verdict
+    original = claims[0]["original"]
+    assert original["parts"][-1]["label"].startswith("rowspace-part FLDD")
+    # smoke: 3 groups, each judged with its own DAS seed's direction, so 3 direction clusters
+    assert claims[0]["evidence"]["parts"][0]["clusters"] == ["das-seed0", "das-seed1", "das-seed2"]

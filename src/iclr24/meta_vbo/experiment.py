@@ -10,7 +10,11 @@ helpful priors, harmful priors, and a majority of harmful ones (1 helpful, all h
 simple regret of the risk, ``rho* - max_t rho(f(x_t, Z))``, divided by the range of the risk over the domain.
 
 Each claim is judged over seeds, paired (every method runs on the same drawn problem, initial observations and
-noise per seed), by :mod:`iclr24.core.evidence` against the margins below, fixed before the run. Two properties
+noise per seed), by :mod:`iclr24.core.evidence` against the margins below, each with its provenance (the
+robustness margin was revised with results in view). A seed draws its own synthetic problem, so the synthetic
+claims' replicates are independent problems; the SVM objective is one fixed data set (breast_cancer), and its
+seeds draw only the initial design and the prior tasks' evaluations: that claim speaks for BO runs on this one
+objective, not for objectives in general. Two properties
 hold by construction and are sanity checks, not claims: the invariance to scaling and shifting the prior tasks
 (the priority uses only where their maxima are) and that every query lies in the no-regret set Q_t (Meta-VBO
 picks inside it).
@@ -49,14 +53,25 @@ CLAIM_NO_REGRET = "Meta-VBO's true regret stays within the bound of its no-regre
 CLAIM_REAL = "on a real-world objective, prior tasks from related problems speed Meta-VBO up"
 SVM_METHODS = ("vucb", "random", "meta_vbo/datasets")
 
-# Margins, fixed before the run (normalised regret: a fraction of the risk's range over the domain).
-HELPFUL_FACTOR = 0.7  # spec pass (2): Meta-VBO's regret at T=early below 0.7 x V-UCB's (paired: meta - 0.7 vucb < 0)
-# Robustness is non-inferiority: Meta-VBO's regret at T=iterations at most 0.01 of the risk range above V-UCB's.
-# The spec's pass (3) asks "<= 1.1 x V-UCB", a tolerance relative to V-UCB's own regret; a margin must not come
-# from the run's data, so it is the absolute floor the criterion has carried since the first run (0.01).
+# Margins (normalised regret: a fraction of the risk's range over the domain), each with its provenance.
+# Helpful priors (provenance "spec": the spec's pass (2), as the first experiment.py judged it): Meta-VBO's regret at
+# T=early below 0.7 x V-UCB's, paired per seed (meta - 0.7 vucb < 0).
+HELPFUL_FACTOR = 0.7
+# Robustness (provenance "revised"): non-inferiority, Meta-VBO's regret at T=iterations at most 0.01 of the risk
+# range above V-UCB's. The first experiment.py asked "mean regret <= max(1.1 x V-UCB's, 0.01)" (the spec's pass (3)
+# with a floor); the evidence migration (c37fa5f) kept only the floor, with the quick run's 2-D harmful regret
+# (1.46x V-UCB's) in view. The claim is also judged under the first definition, per seed (Claim.original).
 ROBUST_MARGIN = 0.01
-BOUND_SHARE_BAR = 0.95  # the regret bound holds with high probability: true regret within it for > 95% of queries
-SVM_MARGIN = 0.0  # the real-world objective: Meta-VBO's regret at T=early below V-UCB's, any improvement
+FIRST_ROBUST_FACTOR, FIRST_ROBUST_FLOOR = 1.1, 0.01
+ROBUST_REVISION = ("'mean regret <= max(1.1 x V-UCB, 0.01)' (first experiment.py, the spec's pass (3) with a floor) "
+                   "-> paired non-inferiority within 0.01 of the risk range (c37fa5f), set with the quick run's 2-D "
+                   "harmful regret (1.46x V-UCB's) in view")
+# The regret bound (provenance "spec": the first experiment.py's ">= 95% of queries"): it holds with high
+# probability, so the true regret is within it for more than 95% of queries.
+BOUND_SHARE_BAR = 0.95
+# The real-world objective (provenance "spec": the first experiment.py's "Meta-VBO <= V-UCB"): Meta-VBO's regret
+# at T=early below V-UCB's, any improvement.
+SVM_MARGIN = 0.0
 
 
 @dataclass(frozen=True)
@@ -311,10 +326,18 @@ def _claims(cfg: Config, per_seed: dict[str, list[dict]], svm_records: list[dict
         compare(at(records, "meta_vbo/helpful", early), [HELPFUL_FACTOR * v for v in at(records, "vucb", early)],
                 better="lower", label=f"{name}: regret at T={cfg.early}, Meta-VBO - {HELPFUL_FACTOR:g} x V-UCB")
         for name, records in per_seed.items()))
+    robust_parts = [(name, prior, at(records, f"meta_vbo/{prior}", late), at(records, "vucb", late))
+                    for name, records in per_seed.items() for prior in ("harmful", "majority")]
     robust = all_of(*(
-        compare(at(records, f"meta_vbo/{prior}", late), at(records, "vucb", late), better="lower",
-                margin=ROBUST_MARGIN, label=f"{name}, {prior} priors: regret at T={cfg.iterations}, Meta-VBO - V-UCB")
-        for name, records in per_seed.items() for prior in ("harmful", "majority")))
+        compare(meta, vucb, better="lower", margin=ROBUST_MARGIN,
+                label=f"{name}, {prior} priors: regret at T={cfg.iterations}, Meta-VBO - V-UCB")
+        for name, prior, meta, vucb in robust_parts))
+    # the first definition's bar, max(1.1 x V-UCB, 0.01), taken per seed so that it has an interval
+    robust_original = all_of(*(
+        compare(meta, [max(FIRST_ROBUST_FACTOR * v, FIRST_ROBUST_FLOOR) for v in vucb], better="lower",
+                label=f"{name}, {prior} priors: regret at T={cfg.iterations}, Meta-VBO - "
+                      f"max({FIRST_ROBUST_FACTOR:g} x V-UCB, {FIRST_ROBUST_FLOOR:g})")
+        for name, prior, meta, vucb in robust_parts))
     # the share of Meta-VBO's queries (every setting, every problem) whose true regret is within its bound, per seed
     within = [float(np.mean([v for name in per_seed for v in per_seed[name][i]["checks"]["within_bound"]]))
               for i in range(n_seeds)]
@@ -327,28 +350,30 @@ def _claims(cfg: Config, per_seed: dict[str, list[dict]], svm_records: list[dict
                     "falls faster than V-UCB's",
               measured="; ".join(f"{n}: {means(n, 'meta_vbo/helpful', early)} vs V-UCB {means(n, 'vucb', early)}"
                                  for n in per_seed) + f" at T={cfg.early} ({setting})",
-              evidence=helpful),
+              evidence=helpful, provenance="spec"),
         Claim(CLAIM_ROBUST,
               paper="property (ii) of the abstract: robustness to harmful prior tasks (a no-regret guarantee "
                     "whatever the prior tasks)",
               measured="; ".join(f"{n} {s}: {means(n, f'meta_vbo/{s}', late)} vs V-UCB {means(n, 'vucb', late)}"
                                  for n in per_seed for s in ("harmful", "majority"))
                        + f" at T={cfg.iterations} ({setting})",
-              evidence=robust),
+              evidence=robust, provenance="revised", revision=ROBUST_REVISION, original=robust_original),
         Claim(CLAIM_NO_REGRET,
               paper="the query set keeps V-UCB's regret bound (Theorem: a sublinear cumulative regret)",
               measured=f"true regret rho* - rho(f(x_t)) within the bound (1 + eta) w_t(x_t) + lambda for "
                        f"{np.mean(within):.1%} of Meta-VBO's queries (per seed {np.min(within):.1%} to "
                        f"{np.max(within):.1%}; V-UCB's within w_t(x+): {vucb_within:.1%})",
               evidence=against(within, BOUND_SHARE_BAR, better="higher",
-                               label="share of Meta-VBO's queries with true regret within the bound")),
+                               label="share of Meta-VBO's queries with true regret within the bound"),
+              provenance="spec"),
         Claim(CLAIM_REAL,
               paper="real-world objective functions (plots): Meta-VBO with prior tasks ahead of V-UCB",
               measured=f"RBF SVM on breast_cancer, VaR_{cfg.svm_alpha:g} of validation accuracy over 10 label-noise "
                        f"levels, wine/iris/digits as prior tasks: regret at T={cfg.early} {np.mean(svm_meta):.4f} vs "
                        f"V-UCB {np.mean(svm_vucb):.4f} ({setting})",
               evidence=compare(svm_meta, svm_vucb, better="lower", margin=SVM_MARGIN,
-                               label=f"SVM: regret at T={cfg.early}, Meta-VBO - V-UCB")),
+                               label=f"SVM: regret at T={cfg.early}, Meta-VBO - V-UCB"),
+              provenance="spec"),
     ]
 
 

@@ -10,7 +10,9 @@ grid on a validation split (first seed; every rate screened on a third of the ep
 to the full length), then the chosen rate for every seed; a rate chosen at the edge of its grid is named in
 the notes.
 
-Each claim is judged over seeds (one replicate per seed: a fresh base, data and adapters), paired:
+Each claim is judged over seeds (one replicate per seed: a fresh base, data and adapters; the seeds of a run
+share its task family, drawn from the run's seed), paired. Every claim is a stand-in (a generated miniature for T5
+on P3), and claims 2-4 were revised with results in view (the thresholds below say how):
 
 1. MoV-10 is at most 2 points worse than full fine-tuning on the mixture (non-inferiority), tested only once
    full fine-tuning is above chance (trainable fraction reported).
@@ -49,17 +51,30 @@ CLAIM_IA3 = "MoV outperforms (IA)^3 by a wide margin"
 CLAIM_LORA = "MoLoRA outperforms LoRA"
 CLAIM_HELD_OUT = "MoV generalises to unseen tasks at least as well as (IA)^3"
 CLAIM_ROUTING = "MoV's routers specialise: different tasks are routed to different experts"
-# Thresholds, fixed before the run (accuracies are fractions; each claim is paired over seeds).
-#: "On par" and "at least as well as": at most 2 points worse (the spec's pass rule, full FT - MoV-10 <= 2 points).
+# Thresholds (accuracies are fractions; each claim is paired over seeds), each with its provenance.
+#: "On par" (provenance "spec"): at most 2 points worse (the spec's pass rule, full FT - MoV-10 <= 2 points).
 NON_INFERIORITY_MARGIN = 0.02
-#: "Outperforms (IA)^3": by more than 5 points (the spec's pass rule).
+#: "At least as well as (IA)^3" on held-out tasks (provenance "revised"): the same 2 points. The first experiment.py
+#: asked for MoV-10 >= (IA)^3 (margin 0); the evidence migration gave it the mixture claim's margin with the quick
+#: run's 14.2% vs 48.4% in view. It is also judged under the first definition (Claim.original).
+FIRST_HELD_OUT_MARGIN = 0.0
+HELD_OUT_REVISION = ("margin 0 (first experiment.py: MoV-10 >= (IA)^3 held out) -> within 2 points, the mixture "
+                     "claim's, in the evidence migration (c37fa5f) with the quick run's 14.2% vs 48.4% in view")
+#: "Outperforms (IA)^3" (provenance "revised", BUDGET_REVISION): by more than 5 points (the spec's pass rule).
 MARGIN_OVER_IA3 = 0.05
-#: "MoLoRA outperforms LoRA": any improvement (no effect = 0).
+#: "MoLoRA outperforms LoRA" (provenance "revised", BUDGET_REVISION): any improvement (no effect = 0).
 MARGIN_OVER_LORA = 0.0
-#: Router specialisation: I(task; expert) above 0.1 bit and above 5x the shuffled-task control (spec: "router
-#: assignments differ across tasks"; 0.1 bit and 5x were stated with the first version of this reproduction).
+#: Claims 2 and 3 sit near their margins, and the quick preset's training budget was chosen with their verdicts
+#: in view: the first version's 30 epochs were kept when 24 (for run time) moved both to "holds".
+BUDGET_REVISION = ("quick's 30 epochs (the first version's) kept after a 24-epoch trial moved claims 2 and 3 to "
+                   "holds (c888346): the budget was chosen with these verdicts in view; docs/moe_peft.md")
+#: Router specialisation (provenance "spec": stated with the first experiment.py; the spec asks that "router
+#: assignments differ across tasks"): I(task; expert) above 0.1 bit and above 5x the shuffled-task control.
 MIN_ROUTING_BITS = 0.1
 ROUTING_CONTROL_FACTOR = 5.0
+#: Every claim is measured on the miniature: the paper's are about instruction-tuning a pretrained T5.
+STAND_IN = ("an MLP base pretrained in-process on generated skill tasks, adapted to shifted-label instructions, "
+            "stands in for T5 (770M-11B) instruction-tuned on P3")
 
 LABELS = {"full": "full fine-tuning", "ia3": "(IA)^3 (peft)", "lora": "LoRA r4 (peft)", "mov4": "MoV-4",
           "mov10": "MoV-10", "molora2": "MoLoRA-2", "molora4": "MoLoRA-4"}
@@ -331,6 +346,7 @@ def _claims(mixture: dict[str, list[float]], held: dict[str, list[float]], fract
     mi = [r["mi"] for r in routing]
     control = [r["mi_shuffled"] for r in routing]
     seeds = f"mean of {len(mixture['full'])} seeds"
+    stand_in = {"subject": "stand-in", "stand_in": STAND_IN}
     return [
         Claim(CLAIM_FULL, "on par with full fine-tuning, updating less than 1% of an 11B-parameter T5 "
               "(abstract; zero-shot on held-out P3 tasks)",
@@ -339,27 +355,35 @@ def _claims(mixture: dict[str, list[float]], held: dict[str, list[float]], fract
               f"({fractions['mov10'][0]})",
               given(against(mixture["full"], chance, label="full fine-tuning's mixture accuracy vs chance"),
                     compare(mixture["mov10"], mixture["full"], margin=-NON_INFERIORITY_MARGIN,
-                            label="mixture accuracy, MoV-10 - full fine-tuning"))),
+                            label="mixture accuracy, MoV-10 - full fine-tuning")),
+              provenance="spec", **stand_in),
         Claim(CLAIM_IA3, "outperforms standard PEFT methods ((IA)^3, the method MoV mixes) (abstract)",
               f"mixture test accuracy: MoV-10 {pct(mix['mov10'])} vs (IA)^3 {pct(mix['ia3'])} ({seeds})",
               compare(mixture["mov10"], mixture["ia3"], margin=MARGIN_OVER_IA3,
-                      label="mixture accuracy, MoV-10 - (IA)^3")),
+                      label="mixture accuracy, MoV-10 - (IA)^3"),
+              provenance="revised", revision=BUDGET_REVISION, **stand_in),
         Claim(CLAIM_LORA, "outperforms standard PEFT methods (LoRA, the method MoLoRA mixes) (abstract)",
               f"mixture test accuracy: MoLoRA-4 {pct(mix['molora4'])} vs LoRA {pct(mix['lora'])} ({seeds})",
               compare(mixture["molora4"], mixture["lora"], margin=MARGIN_OVER_LORA,
-                      label="mixture accuracy, MoLoRA-4 - LoRA")),
+                      label="mixture accuracy, MoLoRA-4 - LoRA"),
+              provenance="revised", revision=BUDGET_REVISION, **stand_in),
         Claim(CLAIM_HELD_OUT, "generalises to unseen tasks, as it does not depend on prior task knowledge (abstract)",
               f"held-out tasks: MoV-10 {pct(held_mean['mov10'])} vs (IA)^3 {pct(held_mean['ia3'])}; full "
               f"fine-tuning {pct(held_mean['full'])}, LoRA {pct(held_mean['lora'])} (chance {pct(chance)}; {seeds})",
               given(against(held["ia3"], chance, label="(IA)^3's held-out accuracy vs chance"),
                     compare(held["mov10"], held["ia3"], margin=-NON_INFERIORITY_MARGIN,
-                            label="held-out accuracy, MoV-10 - (IA)^3"))),
+                            label="held-out accuracy, MoV-10 - (IA)^3")),
+              provenance="revised", revision=HELD_OUT_REVISION,
+              original=compare(held["mov10"], held["ia3"], margin=FIRST_HELD_OUT_MARGIN,
+                               label="held-out accuracy, MoV-10 - (IA)^3 (first definition: >= (IA)^3)"),
+              **stand_in),
         Claim(CLAIM_ROUTING, "experts specialise by task (the paper's routing analysis; not verified here)",
               f"I(task; expert) = {statistics.mean(mi):.3f} bits (MoV-10, mean over sites; shuffled tasks "
               f"{statistics.mean(control):.4f} bits; {seeds})",
               all_of(against(mi, MIN_ROUTING_BITS, label="I(task; expert), bits"),
                      compare(mi, [ROUTING_CONTROL_FACTOR * c for c in control],
-                             label=f"I(task; expert) - {ROUTING_CONTROL_FACTOR:g}x the shuffled-task control"))),
+                             label=f"I(task; expert) - {ROUTING_CONTROL_FACTOR:g}x the shuffled-task control")),
+              provenance="spec", **stand_in),
     ]
 
 

@@ -15,6 +15,10 @@ order on the run's split), paired between the arms:
    arc-mixup with masking (the official ``mask`` trainer's variant) above plain mixup, and plain mixup above none,
    at every ratio. The official convex-input variant and this package's per-sample variant run beside it, and
    seeds that collapse (balanced accuracy below 0.2) are named.
+
+The seeds' replicates all train on one data set (digits, split by the run's seed): the verdicts speak for training
+runs on it. Claims 1 and 4 were revised with results in view, claim 2 is a stand-in (digits is at ceiling); each
+threshold below says where it came from.
 """
 
 from __future__ import annotations
@@ -61,21 +65,33 @@ CLAIM_COLLAPSE = "the fixed non-negative orthogonal classifier induces zero-mean
 CLAIM_ACCURACY = "a fixed classifier loses no accuracy against a learnable one"
 CLAIM_CONTINUAL = "feature dimension separation helps masked-softmax continual learning"
 CLAIM_IMBALANCE = "arc-mixup with masking beats plain mixup on imbalanced data"
-# Thresholds, fixed before the run.
-#: Zero-mean collapse makes the raw class means orthogonal (cos = 0; the paper's Theorem 1 and Fig. 2). A finite
-#: run gets a tolerance: mean |cos| below 0.1, within about 6 degrees of a right angle. (The first version of this
-#: reproduction asked only for < 0.5, which is far from orthogonal.)
+# Thresholds, each with its provenance.
+#: Collapse (provenance "revised"): zero-mean collapse makes the raw class means orthogonal (cos = 0; the paper's
+#: Theorem 1 and Fig. 2). A finite run gets a tolerance: mean |cos| below 0.1, within about 6 degrees of a right
+#: angle. The spec's pass rule and the first experiment.py asked for |cos| < 0.5 and falling, own-block energy > 0.7
+#: and NC1 below the learnable head's; reviews tightened it with results in view (c37fa5f: |cos| < 0.1, own-block
+#: energy >= 0.9; c5ab915: the paper's ZNC2 and ZNC3 below 0.1, ZNC1 below the learnable head's). The claim is also
+#: judged under the first definition (Claim.original).
 MAX_RAW_MEAN_COS = 0.1
 #: ... and aligned with the classifier's rows: ZNC3 = ||W/||W|| - M/||M|| ||_F^2 = 2 - 2 cos(W, M) (the paper's
-#: zero-mean self-duality, 0 at collapse) below 0.1, i.e. the raw means' matrix within cos 0.95 of W's. (Before
-#: this, the claim checked each raw mean's own-block energy share >= 0.9, a partial-separation measure; it is
-#: still reported.)
+#: zero-mean self-duality, 0 at collapse) below 0.1, i.e. the raw means' matrix within cos 0.95 of W's.
 MAX_ZNC3 = 0.1
-#: "Loses no accuracy": at most 1 point below the learnable classifier (the spec's pass rule).
+FIRST_MAX_RAW_MEAN_COS, FIRST_MIN_OWN_BLOCK_ENERGY = 0.5, 0.7  # the spec's pass rule
+COLLAPSE_REVISION = ("spec's |cos| < 0.5 and falling, own-block energy > 0.7, NC1 below learnable -> the paper's "
+                     "zero-mean measures, ZNC2 cosine and ZNC3 < 0.1, ZNC1 below learnable (reviews c37fa5f, c5ab915, "
+                     "with the 0.35 cosine in view: tightened, and it fails)")
+#: "Loses no accuracy" (provenance "spec"): at most 1 point below the learnable classifier (the spec's pass rule).
 ACCURACY_MARGIN = 0.01
-#: Continual learning and arc-mixup: any improvement (no effect = 0).
+#: Continual learning and arc-mixup (provenance "spec": the spec's "FNO >= learnable" and "arc-mixup + mask >= plain
+#: mixup >= none"): any improvement (no effect = 0). The judged arc-mixup arm was revised (IMBALANCE_REVISION).
 MARGIN_CONTINUAL = 0.0
 MARGIN_IMBALANCE = 0.0
+IMBALANCE_REVISION = ("judged arc-mixup changed from this package's per-sample variant to the official mask trainer's "
+                      "(c5ab915, after a review found a per-sample seed collapsed at 0.100); margin 0 unchanged")
+#: Digits is at ceiling for every head (97.8-98.2% in quick): "no accuracy lost" there says little about the paper's
+#: CIFAR and ImageNet ResNets.
+ACCURACY_STAND_IN = ("an MLP on scikit-learn digits, where every head scores about 98% (at ceiling), stands in for "
+                     "ResNets on CIFAR-10/100 and ImageNet")
 #: A seed "collapses" when its balanced accuracy is below 2 / C = 0.2: the net predicts about one class (chance is
 #: 0.1). Collapsed seeds are named in the imbalance claim's text, not dropped from it.
 COLLAPSED_BALANCED_ACCURACY = 0.2
@@ -265,6 +281,16 @@ def _claims(collapse: dict[str, dict[str, list[float]]], continual_final: dict[s
     seeds = list(range(len(imbalance[ratios[0], "none"]))) if imbalance_seeds is None else imbalance_seeds
     collapsed = [f"ratio {r} {m}: " + ", ".join(f"seed {s} ({v:.3f})" for s, v in _collapsed(seeds, imbalance[r, m]))
                  for r in ratios for m in arms if _collapsed(seeds, imbalance[r, m])]
+    collapse_original = all_of(
+        against(fno["raw_cos"], FIRST_MAX_RAW_MEAN_COS, better="lower",
+                label="FNO mean |cos| of the raw class means at the end"),
+        compare(fno["raw_cos"], fno["raw_cos_mid"], better="lower", label="FNO mean |cos|, end - half-way"),
+        against(fno["own_block_energy"], FIRST_MIN_OWN_BLOCK_ENERGY, label="FNO own-block energy share"),
+        compare(fno["nc1"], learnable["nc1"], better="lower", label="NC1, FNO - learnable"))
+    # the arm judged before c5ab915, when it ran (extra_arc_variants)
+    per_sample = "arc_mixup_per_sample"
+    imbalance_original = _beats_mixup(imbalance, ratios, per_sample, "per-sample arc-mixup") \
+        if all((r, per_sample) in imbalance for r in ratios) else None
     return [
         Claim(CLAIM_COLLAPSE, "raw class means orthogonal and aligned with the classifier's rows: zero-mean NC1-NC3 "
               "go to 0 (Theorem 1, Fig. 2)",
@@ -278,29 +304,39 @@ def _claims(collapse: dict[str, dict[str, list[float]]], continual_final: dict[s
                      compare(fno["raw_cos"], fno["raw_cos_mid"], better="lower",
                              label="FNO ZNC2 mean cosine, end - half-way"),
                      against(fno["znc3"], MAX_ZNC3, better="lower", label="FNO ZNC3 (zero-mean self-duality)"),
-                     compare(fno["znc1"], learnable["znc1"], better="lower", label="ZNC1, FNO - learnable"))),
+                     compare(fno["znc1"], learnable["znc1"], better="lower", label="ZNC1, FNO - learnable")),
+              provenance="revised", revision=COLLAPSE_REVISION, original=collapse_original),
         Claim(CLAIM_ACCURACY, "fixed orthogonal classifiers match or beat learnable ones on popular benchmarks",
               f"test accuracy FNO {avg(fno['accuracy']):.3f}, learnable {avg(learnable['accuracy']):.3f}, ETF "
               f"{avg(etf['accuracy']):.3f} ({n_collapse})",
               compare(fno["accuracy"], learnable["accuracy"], margin=-ACCURACY_MARGIN,
-                      label="test accuracy, FNO - learnable")),
+                      label="test accuracy, FNO - learnable"),
+              provenance="spec", subject="stand-in", stand_in=ACCURACY_STAND_IN),
         Claim(CLAIM_CONTINUAL, "feature dimension separation enhances softmax masking in continual learning",
               f"final average accuracy: FNO {avg(continual_final['fno']):.3f}, learnable "
               f"{avg(continual_final['learnable']):.3f} (mean of {len(continual_final['fno'])} seeds; same replay, "
               "same masking)",
               compare(continual_final["fno"], continual_final["learnable"], margin=MARGIN_CONTINUAL,
-                      label="final average accuracy, FNO - learnable")),
+                      label="final average accuracy, FNO - learnable"),
+              provenance="spec"),
         Claim(CLAIM_IMBALANCE, "arc-mixup tackles the limits of mixup on the hypersphere in imbalanced learning",
               "balanced accuracy " + " / ".join(arms) + ": " + ", ".join(
                   f"ratio {r}: " + " / ".join(f"{avg(imbalance[r, m]):.3f}" for m in arms) for r in ratios)
               + f" (mean of {len(seeds)} seeds; judged: arc_mixup, the official mask trainer's variant); collapsed "
               f"seeds (balanced accuracy < {COLLAPSED_BALANCED_ACCURACY:g}): " + ("; ".join(collapsed) or "none"),
-              all_of(*[part for r in ratios for part in (
-                  compare(imbalance[r, "arc_mixup"], imbalance[r, "mixup"], margin=MARGIN_IMBALANCE,
-                          label=f"ratio {r}: balanced accuracy, arc-mixup - mixup"),
-                  compare(imbalance[r, "mixup"], imbalance[r, "none"], margin=MARGIN_IMBALANCE,
-                          label=f"ratio {r}: balanced accuracy, mixup - none"))])),
+              _beats_mixup(imbalance, ratios, "arc_mixup", "arc-mixup"),
+              provenance="revised", revision=IMBALANCE_REVISION, original=imbalance_original),
     ]
+
+
+def _beats_mixup(imbalance: dict[tuple[int, str], list[float]], ratios: list[int], arm: str, name: str):
+    """At every imbalance ratio, ``arm`` above plain mixup and plain mixup above none (balanced accuracy, paired
+    by seed)."""
+    return all_of(*[part for r in ratios for part in (
+        compare(imbalance[r, arm], imbalance[r, "mixup"], margin=MARGIN_IMBALANCE,
+                label=f"ratio {r}: balanced accuracy, {name} - mixup"),
+        compare(imbalance[r, "mixup"], imbalance[r, "none"], margin=MARGIN_IMBALANCE,
+                label=f"ratio {r}: balanced accuracy, mixup - none"))])
 
 
 def _plot_cosines(means: dict):
