@@ -6,6 +6,10 @@
     logits, cache = lm.run_with_cache(batch.tokens, ["blocks.15.hook_resid_pre"], positions=batch.end)
     logit_difference(logits, batch.io, batch.s).mean()   # about 4.7: SmolLM2 solves IOI
 
+Both also take TransformerLens's spelling: ``run_with_hooks(tokens, fwd_hooks=[(name_or_filter, fn)])``
+with ``fn(activation, hook)``, ``run_with_cache(tokens)`` / ``names_filter=``, an :class:`ActivationCache`
+(``cache["resid_pre", 15]``) and ``hook_names()`` / ``hook_dict`` (:mod:`iclr24.interp.lens`).
+
 ``HookedTinyTransformer`` is a small GPT with the same hook names, trained in seconds on the
 word-level IOI data (:func:`ioi_dataset`, :func:`train_ioi_model`). Methods import these from
 here, never from each other. ``HookedLM`` needs the ``llm`` extra (transformers).
@@ -37,10 +41,14 @@ from iclr24.interp.ioi import (
     single_token_words,
     train_ioi_model,
 )
+from iclr24.interp.lens import ActivationCache, HookRef, get_act_name
 from iclr24.interp.text import english_paragraphs
 
 __all__ = [
     "LAYOUTS",
+    "ActivationCache",
+    "HookRef",
+    "get_act_name",
     "NAMES",
     "TEMPLATES",
     "TEXT_NAMES",

@@ -20,6 +20,12 @@ Where those modules live is a :class:`Layout`; Llama-style models (Llama, Mistra
 SmolLM, Gemma, OLMo, Phi-3), GPT-2 and GPT-NeoX/Pythia are known, others take a ``layout=``
 (for models that post-process logits, e.g. Gemma2's soft-capping, ``positions=`` is then the
 plain unembedding).
+
+TransformerLens's spelling works as well (:mod:`iclr24.interp.lens`)::
+
+    lm.run_with_hooks(tokens, fwd_hooks=[("blocks.15.hook_attn_out", lambda x, hook: 0 * x)])
+    logits, cache = lm.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_z"))
+    cache["z", 15]                                             # blocks.15.attn.hook_z
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.interp.hooks import Hook, _caching_hooks, check_positions, check_ragged
+from iclr24.interp.hooks import BLOCK_HOOKS, Hook, _caching_hooks, check_positions, check_ragged
+from iclr24.interp.lens import ActivationCache, HookRef, cache_names, finish_cache, lens_hooks
 
 __all__ = ["HookedLM", "Layout", "LAYOUTS", "attention_pattern", "padding_mask", "random_llama"]
 
@@ -85,7 +92,7 @@ LAYOUTS = {
     "gpt_neox": Layout("gpt_neox.layers", "attention", "mlp", "dense_4h_to_h", resid_mid="post_attention_layernorm",
                        qkv="query_key_value", qkv_layout="per_head", attn_out_proj="dense"),
 }
-_BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "mlp.hook_post", "hook_resid_post")
+_BLOCK_HOOKS = BLOCK_HOOKS
 _HEAD_HOOKS = ("attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z", "attn.hook_pattern")
 _HOOK = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post|hook_attn_out|hook_mlp_out|"
                    r"mlp\.hook_post|attn\.hook_[qkvz]|attn\.hook_pattern)$")
@@ -138,6 +145,7 @@ class HookedLM(nn.Module):
         self.d_head = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
         # a parallel block (GPT-J, Pythia) feeds attention and MLP the same input: there is no resid_mid
         self.parallel = bool(getattr(config, "use_parallel_residual", False) or getattr(config, "parallel_attn", False))
+        self._hook_refs: dict[str, HookRef] = {}  # the `hook` of TransformerLens-style hook functions, by name
 
     # -- construction ------------------------------------------------------------------------------------
     @classmethod
@@ -159,11 +167,50 @@ class HookedLM(nn.Module):
 
     def hook_names(self, *, every: bool = False) -> list[str]:
         """The residual-stream and MLP hook names; with ``every``, also ``hook_embed``, ``hook_resid_mid``
-        (sequential blocks only) and the per-head ``attn.hook_q/k/v/z/pattern``."""
+        (sequential blocks only) and the per-head ``attn.hook_q/k/v/z/pattern`` (those the layout can place)."""
         if not every:
             return [f"blocks.{i}.{p}" for i in range(self.n_layers) for p in _BLOCK_HOOKS]
-        parts = (*_BLOCK_HOOKS, *(() if self.parallel else ("hook_resid_mid",)), *_HEAD_HOOKS)
+        parts = [p for p in (*_BLOCK_HOOKS, "hook_resid_mid", *_HEAD_HOOKS) if self._missing_field(p) is None]
         return ["hook_embed", *(f"blocks.{i}.{p}" for i in range(self.n_layers) for p in parts)]
+
+    def _missing_field(self, kind: str) -> str | None:
+        """Why this model has no hook of ``kind`` (``"hook_resid_mid"``, ``"attn.hook_q"``...): the layout field
+        it needs, ``"parallel"`` for resid_mid in parallel blocks, or ``None`` where it has one."""
+        if kind == "hook_resid_mid":
+            return "parallel" if self.parallel else None if self.layout.resid_mid is not None else "resid_mid"
+        if kind in ("attn.hook_q", "attn.hook_k", "attn.hook_v"):
+            which = kind[-1]
+            return None if getattr(self.layout, which) is not None or self.layout.qkv is not None else which
+        if kind == "attn.hook_z":
+            return None if self.layout.attn_out_proj is not None else "attn_out_proj"
+        return None
+
+    def _check_available(self, name: str) -> None:
+        """A clear error for a name missing from ``hook_names(every=True)``."""
+        self._check_names([name])
+        field = self._missing_field(_HOOK.match(name).group(2)) if name != "hook_embed" else None
+        if field is not None:
+            raise ValueError(f"{name}: layout.{field} is None: this hook needs it (layout {self.layout})")
+
+    def _hook_ref(self, name: str) -> HookRef:
+        if name not in self._hook_refs:
+            self._hook_refs[name] = HookRef(name)
+        return self._hook_refs[name]
+
+    @property
+    def hook_dict(self) -> dict[str, HookRef]:
+        """TransformerLens's ``hook_dict`` keys: every hook point's name, to the :class:`~iclr24.interp.HookRef`
+        its TransformerLens-style hook functions receive (``.name``, ``.ctx``, ``.layer()``). The hooks are torch
+        hooks on the model's own modules, so there is no ``mod_dict`` of hook modules; ``self.model`` is the
+        Hugging Face model."""
+        return {name: self._hook_ref(name) for name in self.hook_names(every=True)}
+
+    def reset_hooks(self, clear_contexts: bool = True, including_permanent: bool = False) -> None:
+        """TransformerLens's ``reset_hooks``: hooks never outlive a run here, so this only empties every
+        ``hook.ctx`` (with ``clear_contexts``)."""
+        if clear_contexts:
+            for ref in self._hook_refs.values():
+                ref.clear_context()
 
     def mlp_out_weight(self, layer: int) -> Tensor:
         """The MLP's output map of block ``layer`` as ``(d_model, d_mlp)`` (GPT-2's Conv1D is transposed)."""
@@ -336,22 +383,41 @@ class HookedLM(nn.Module):
     def _unembed(self, hidden: Tensor, positions: Tensor, offset: int = 0) -> Tensor:
         return self.model.get_output_embeddings()(hidden[torch.arange(hidden.shape[0]), positions - offset])
 
-    def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook], positions: Tensor | None = None, *,
-                       attention_mask: Tensor | None = None) -> Tensor:
-        """Logits with ``hooks[name](activation)`` applied at the named points (removed afterwards)."""
+    def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook] | None = None, positions: Tensor | None = None,
+                       *, attention_mask: Tensor | None = None, fwd_hooks=None, bwd_hooks=None,
+                       reset_hooks_end: bool = True, clear_contexts: bool = False) -> Tensor:
+        """Logits with ``hooks[name](activation)`` applied at the named points (removed afterwards).
+
+        Also TransformerLens's ``fwd_hooks=[(name or filter name -> bool, fn(activation, hook))]`` (``fn``
+        returns a replacement or ``None``; ``hook`` is a :class:`~iclr24.interp.HookRef`) and ``bwd_hooks=``
+        (``fn(grad, hook)``, run on the backward of the returned logits), applied after ``hooks``, in order at
+        each point. A filter runs over ``hook_names(every=True)``.
+        """
+        hooks = lens_hooks(hooks, fwd_hooks, bwd_hooks, reset_hooks_end=reset_hooks_end,
+                           available=self.hook_names(every=True), hook_for=self._hook_ref,
+                           check=self._check_available)
         handles = self._register(hooks)
         try:
             return self(tokens, positions, attention_mask=attention_mask)
         finally:
             for handle in handles:
                 handle.remove()
+            if clear_contexts and reset_hooks_end:
+                self.reset_hooks(clear_contexts=True)
 
-    def run_with_cache(self, tokens: Tensor, names: list[str], positions: Tensor | None = None, *,
-                       attention_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-        """Logits and the activations at ``names``."""
-        cache: dict[str, Tensor] = {}
+    def run_with_cache(self, tokens: Tensor, names=None, positions: Tensor | None = None, *,
+                       attention_mask: Tensor | None = None, names_filter=None, return_cache_object: bool = True,
+                       remove_batch_dim: bool = False, device=None) -> tuple[Tensor, ActivationCache]:
+        """Logits and the activations at ``names`` (a name, a list of names, or a filter ``name -> bool``;
+        TransformerLens's ``names_filter=`` is the same), or at every point of ``hook_names(every=True)`` when
+        neither is given, as an :class:`~iclr24.interp.ActivationCache` (a dict by hook name;
+        ``return_cache_object=False``: a plain dict). ``remove_batch_dim`` and ``device`` are TransformerLens's."""
+        names = cache_names(names, names_filter, self.hook_names(every=True), self._check_available)
+        cache = ActivationCache(n_layers=self.n_layers)
         hooks = _caching_hooks(names, cache, stop_early=False)
-        return self.run_with_hooks(tokens, hooks, positions, attention_mask=attention_mask), cache
+        logits = self.run_with_hooks(tokens, hooks, positions, attention_mask=attention_mask)
+        return logits, finish_cache(cache, return_cache_object=return_cache_object,
+                                    remove_batch_dim=remove_batch_dim, device=device)
 
     @contextlib.contextmanager
     def _blocks_from(self, layer: int, resid: Tensor):

@@ -10,7 +10,11 @@ around a Hugging Face causal LM) speaks one vocabulary:
 and one interface: ``run_with_hooks(tokens, hooks, positions=None)`` and
 ``run_with_cache(tokens, names, positions=None)``, where a hook ``fn(activation)`` returns a
 replacement (a patch) or ``None`` (a read), and ``positions`` (one index per prompt) returns the
-logits there only, ``(batch, vocab)``, instead of ``(batch, seq, vocab)``.
+logits there only, ``(batch, vocab)``, instead of ``(batch, seq, vocab)``. TransformerLens's spelling
+works too (:mod:`iclr24.interp.lens`): ``run_with_hooks(tokens, fwd_hooks=[(name_or_filter, fn)])``
+with ``fn(activation, hook)``, ``bwd_hooks=``, ``run_with_cache(tokens)`` (every hook point) or
+``run_with_cache(tokens, names_filter=...)``, an :class:`~iclr24.interp.ActivationCache`, and
+``hook_names()`` / ``hook_dict`` / ``mod_dict``.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_tensor
+from iclr24.interp.lens import ActivationCache, cache_names, finish_cache, lens_hooks
 
-__all__ = ["Hook", "HookPoint", "HookedTinyTransformer", "cache_only", "check_positions", "collect_activations",
-           "hook_layer"]
+__all__ = ["BLOCK_HOOKS", "Hook", "HookPoint", "HookedTinyTransformer", "cache_only", "check_positions",
+           "collect_activations", "hook_layer"]
 
 Hook = Callable[[Tensor], "Tensor | None"]
+#: the hook kinds of every block that ``hook_names()`` lists (``every=True`` lists all hook points)
+BLOCK_HOOKS = ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "mlp.hook_post", "hook_resid_post")
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
@@ -89,11 +96,26 @@ def _caching_hooks(names: list[str], cache: dict[str, Tensor], stop_early: bool)
 
 
 class HookPoint(nn.Module):
-    """An identity whose output a hook can read (cache) or replace (patch)."""
+    """An identity whose output a hook can read (cache) or replace (patch).
+
+    It is also the ``hook`` a TransformerLens-style ``fn(activation, hook)`` receives: ``hook.name`` (set by the
+    model that holds it), ``hook.ctx`` (a dict kept between runs; ``clear_contexts=True`` empties it) and
+    ``hook.layer()``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fn: Hook | None = None
+        self.name: str | None = None
+        self.ctx: dict = {}
+
+    def layer(self) -> int:
+        """The block index in the hook's name, as TransformerLens's ``HookPoint.layer()``."""
+        if self.name is None:
+            raise ValueError("this HookPoint has no name (it belongs to no hooked model)")
+        return hook_layer(self.name)
+
+    def clear_context(self) -> None:
+        self.ctx.clear()
 
     def forward(self, x: Tensor) -> Tensor:
         if self.fn is None:
@@ -150,6 +172,8 @@ class HookedTinyTransformer(nn.Module):
         self.blocks = nn.ModuleList(_Block(d_model, n_heads, check_int("d_mlp", d_mlp, minimum=1))
                                     for _ in range(n_layers))
         self.ln_final, self.unembed = nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size)
+        for name, point in self.hook_points().items():
+            point.name = name
 
     @property
     def n_layers(self) -> int:
@@ -157,6 +181,30 @@ class HookedTinyTransformer(nn.Module):
 
     def hook_points(self) -> dict[str, HookPoint]:
         return {name: module for name, module in self.named_modules() if isinstance(module, HookPoint)}
+
+    def hook_names(self, *, every: bool = False) -> list[str]:
+        """The residual-stream and MLP hook names of every block (as :meth:`iclr24.interp.HookedLM.hook_names`);
+        with ``every``, all hook points (also ``hook_embed`` and ``hook_resid_mid``), in the model's order."""
+        if every:
+            return list(self.hook_points())
+        return [f"blocks.{i}.{p}" for i in range(self.n_layers) for p in BLOCK_HOOKS]
+
+    @property
+    def hook_dict(self) -> dict[str, HookPoint]:
+        """TransformerLens's ``hook_dict``: every hook point by name."""
+        return self.hook_points()
+
+    @property
+    def mod_dict(self) -> dict[str, nn.Module]:
+        """TransformerLens's ``mod_dict``: every submodule by name."""
+        return {name: module for name, module in self.named_modules() if name}
+
+    def reset_hooks(self, clear_contexts: bool = True, including_permanent: bool = False) -> None:
+        """TransformerLens's ``reset_hooks``: hooks never outlive a run here, so this only empties every
+        ``hook.ctx`` (with ``clear_contexts``)."""
+        if clear_contexts:
+            for point in self.hook_points().values():
+                point.clear_context()
 
     def mlp_out_weight(self, layer: int) -> Tensor:
         """``W_out`` of block ``layer`` as ``(d_model, d_mlp)``: the map from the MLP's hidden activation."""
@@ -261,9 +309,18 @@ class HookedTinyTransformer(nn.Module):
 
         return run
 
-    def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook], positions: Tensor | None = None) -> Tensor:
-        """Logits with ``hooks[name](activation)`` applied at the named points (removed afterwards)."""
+    def run_with_hooks(self, tokens: Tensor, hooks: dict[str, Hook] | None = None, positions: Tensor | None = None,
+                       *, fwd_hooks=None, bwd_hooks=None, reset_hooks_end: bool = True, clear_contexts: bool = False,
+                       ) -> Tensor:
+        """Logits with ``hooks[name](activation)`` applied at the named points (removed afterwards).
+
+        Also TransformerLens's ``fwd_hooks=[(name or filter name -> bool, fn(activation, hook))]`` (``fn``
+        returns a replacement or ``None``; ``hook`` is the :class:`HookPoint`) and ``bwd_hooks=`` (``fn(grad,
+        hook)``, run on the backward of the returned logits), applied after ``hooks``, in order at each point.
+        """
         points = self.hook_points()
+        hooks = lens_hooks(hooks, fwd_hooks, bwd_hooks, reset_hooks_end=reset_hooks_end, available=list(points),
+                           hook_for=points.__getitem__)
         unknown = set(hooks) - set(points)
         if unknown:
             raise ValueError(f"unknown hook names {sorted(unknown)}; known: {sorted(points)}")
@@ -274,12 +331,21 @@ class HookedTinyTransformer(nn.Module):
         finally:
             for name in hooks:
                 points[name].fn = None
+            if clear_contexts and reset_hooks_end:
+                self.reset_hooks(clear_contexts=True)
 
-    def run_with_cache(self, tokens: Tensor, names: list[str], positions: Tensor | None = None,
-                       ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Logits and the activations at ``names``."""
-        cache: dict[str, Tensor] = {}
-        return self.run_with_hooks(tokens, _caching_hooks(names, cache, stop_early=False), positions), cache
+    def run_with_cache(self, tokens: Tensor, names=None, positions: Tensor | None = None, *, names_filter=None,
+                       return_cache_object: bool = True, remove_batch_dim: bool = False, device=None,
+                       ) -> tuple[Tensor, ActivationCache]:
+        """Logits and the activations at ``names`` (a name, a list of names, or a filter ``name -> bool``;
+        TransformerLens's ``names_filter=`` is the same), or at every hook point when neither is given, as an
+        :class:`~iclr24.interp.ActivationCache` (a dict by hook name; ``return_cache_object=False``: a plain
+        dict). ``remove_batch_dim`` and ``device`` are TransformerLens's."""
+        names = cache_names(names, names_filter, list(self.hook_points()))
+        cache = ActivationCache(n_layers=self.n_layers)
+        logits = self.run_with_hooks(tokens, _caching_hooks(names, cache, stop_early=False), positions)
+        return logits, finish_cache(cache, return_cache_object=return_cache_object,
+                                    remove_batch_dim=remove_batch_dim, device=device)
 
 
 def cache_only(model, tokens: Tensor, names: list[str]) -> dict[str, Tensor]:
