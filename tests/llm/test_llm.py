@@ -75,7 +75,8 @@ class _Stub(JSONHandler):
             top = {" Paris": -0.1, " Lyon": -2.5} if body.get("logprobs") else None
             echo = body["prompt"] if str(body.get("prompt", "")).startswith("echo") else None
             used = 2 * n
-            choices = [{"index": i, "text": echo or f"text {i}", "finish_reason": "length",
+            # with logprobs the text is what its one token spells
+            choices = [{"index": i, "text": echo or (" Paris" if top else f"text {i}"), "finish_reason": "length",
                         "logprobs": {"tokens": [" Paris"], "token_logprobs": [-0.1], "top_logprobs": [top],
                                      "text_offset": [0]} if top else None} for i in range(n)]
         self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -768,7 +769,7 @@ def test_a_body_past_the_cap_is_refused(fault):
 
     _Fault.mode = "huge"
     model = get_model("openai", model="m", base_url=fault, max_retries=0, timeout=20, max_response_bytes=2**20)
-    with pytest.raises(ResponseError, match=r"sent more than 1048576 bytes"):
+    with pytest.raises(ResponseError, match=r"sent a body over max_response_bytes \(1048576 bytes\): the body passed"):
         model.generate("x", max_tokens=8)
 
 

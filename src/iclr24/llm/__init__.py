@@ -23,6 +23,7 @@ from iclr24.llm.base import (
     LanguageModel,
     LoggedModel,
     apply_stop,
+    check_messages,
     format_chat,
     generate_batch,
     get_model,
@@ -35,5 +36,5 @@ from iclr24.llm.base import (
 from iclr24.llm.structured import Choice, OutputFormat, choose, output_format
 
 __all__ = ["BACKENDS", "Capabilities", "Choice", "Completion", "LanguageModel", "LoggedModel", "OutputFormat",
-           "apply_stop", "choose", "format_chat", "generate_batch", "get_model", "load_torch_model",
+           "apply_stop", "check_messages", "choose", "format_chat", "generate_batch", "get_model", "load_torch_model",
            "logprobs_available", "output_format", "reply_logprobs", "require_logprobs", "with_system"]

@@ -6,13 +6,13 @@ import importlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
-           "check_model_spec",
+           "check_messages", "check_model_spec",
            "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "logprobs_available",
            "require_logprobs", "sample_token",
            "with_system", "reply_logprobs"]
@@ -110,11 +110,32 @@ def check_generate_args(max_tokens: int, temperature: float, n: int, top_p: floa
         raise ValueError(f"n must be a positive int, got {n!r}")
 
 
+def check_messages(prompt: Prompt) -> None:
+    """A chat prompt is a sequence of message dicts, each with a ``role`` string; the error names the first message
+    that is not (rather than a chat template's ``UndefinedError`` later). A text prompt passes as it is."""
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, (bytes, Mapping)) or not isinstance(prompt, Sequence):
+        raise TypeError(f"prompt must be a text (str) or a list of chat messages {{'role': ..., 'content': ...}}, "
+                        f"got {type(prompt).__name__}")
+    for i, message in enumerate(prompt):
+        if not isinstance(message, Mapping):
+            raise TypeError(f"chat message {i} must be a dict {{'role': ..., 'content': ...}}, got "
+                            f"{type(message).__name__}: {str(message)[:80]!r}")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            what = "has no 'role'" if "role" not in message else f"has role {role!r}"
+            raise ValueError(f"chat message {i} {what}; expected a role string such as 'system', 'user' or "
+                             f"'assistant': {str(dict(message))[:80]!r}")
+
+
 def with_system(prompt: Prompt, system: str | None) -> Prompt:
-    """``prompt`` with ``system`` as its first message (replacing a system message already there).
+    """``prompt`` with ``system`` as its first message (replacing a system message already there); chat messages are
+    checked first (:func:`check_messages`).
 
     A text prompt is continued exactly as written, so it has no place for a system message.
     """
+    check_messages(prompt)
     if system is None:
         return prompt
     if not isinstance(system, str):

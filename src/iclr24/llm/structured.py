@@ -7,13 +7,14 @@
     llm.generate(messages, response_format={"type": "regex", "pattern": r"(Yes|No)"})
     choose(llm, messages, ["go to the kitchen", "send a message"])      # one of the options, always
 
-``response_format`` takes OpenAI's shape (``{"type": "json_schema", "json_schema": {"name", "schema"}}``), a
-pydantic model class, or ``{"type": "regex", "pattern": ...}``. Local transformers backends enforce it token by
-token with llguidance's grammar engine as a logits processor (the disallowed tokens' logits set to -inf, so the
-constrained distribution is the model's renormalised over the allowed tokens); the openai backend sends it to the
-server (``response_format``, or vLLM's ``guided_json`` / ``guided_regex``) and checks what comes back; the scripted
-backend checks its canned outputs. Every backend validates a finished text, so an output that escapes the format is
-an error, never a silently wrong answer; one cut off by ``max_tokens`` comes back with finish reason ``length``.
+``response_format`` takes OpenAI's shapes (``{"type": "json_schema", "json_schema": {"name", "schema"}}``, and
+``{"type": "json_object"}``: any JSON object), a pydantic model class, or ``{"type": "regex", "pattern": ...}``.
+Local transformers backends enforce it token by token with llguidance's grammar engine as a logits processor (the
+disallowed tokens' logits set to -inf, so the constrained distribution is the model's renormalised over the allowed
+tokens); the openai backend sends it to the server (``response_format``, or vLLM's ``guided_json`` /
+``guided_regex``) and checks what comes back; the scripted backend checks its canned outputs. Every backend
+validates a finished text, so an output that escapes the format is an error, never a silently wrong answer; one cut
+off by ``max_tokens`` comes back with finish reason ``length``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class OutputFormat:
 
     def to_openai(self) -> dict:
         """The request field an OpenAI-style server reads."""
+        if self == JSON_OBJECT:  # OpenAI's JSON mode, sent as the caller wrote it (a strict schema would be refused)
+            return {"type": "json_object"}
         if self.kind == "json_schema":
             return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.spec, "strict": True}}
         return {"type": "regex", "pattern": self.spec}
@@ -68,8 +71,12 @@ class OutputFormat:
         return LLMatcher.grammar_from_regex(self.spec)
 
 
+#: OpenAI's ``{"type": "json_object"}`` (JSON mode): any JSON object, as a schema the local engines can enforce.
+JSON_OBJECT = OutputFormat("json_schema", {"type": "object"}, "json_object")
+
+
 def output_format(response_format) -> OutputFormat | None:
-    """Normalise ``response_format`` (None, OpenAI's dict, a pydantic model class, or a regex dict)."""
+    """Normalise ``response_format`` (None, OpenAI's dicts, a pydantic model class, or a regex dict)."""
     if response_format is None:
         return None
     if isinstance(response_format, OutputFormat):
@@ -79,6 +86,8 @@ def output_format(response_format) -> OutputFormat | None:
         return OutputFormat("json_schema", schema_of(), response_format.__name__)
     if isinstance(response_format, dict):
         kind = response_format.get("type")
+        if kind == "json_object" and set(response_format) == {"type"}:
+            return JSON_OBJECT
         if kind == "json_schema" and isinstance(response_format.get("json_schema"), dict) \
                 and isinstance(response_format["json_schema"].get("schema"), dict):
             spec = response_format["json_schema"]
@@ -91,7 +100,8 @@ def output_format(response_format) -> OutputFormat | None:
                                  f"expression ({err})") from None
             return OutputFormat("regex", response_format["pattern"])
     raise ValueError(f"response_format must be {{'type': 'json_schema', 'json_schema': {{'name': ..., 'schema': "
-                     f"{{...}}}}}}, a pydantic model class, or {{'type': 'regex', 'pattern': ...}}; "
+                     f"{{...}}}}}}, {{'type': 'json_object'}}, a pydantic model class, or {{'type': 'regex', "
+                     f"'pattern': ...}}; "
                      f"got {response_format!r}")
 
 
