@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +12,7 @@ from iclr24.hyperattention import (
     merge_attention,
     patch_sdpa,
 )
+from iclr24.hyperattention import attention as attention_module
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
 
@@ -293,13 +296,180 @@ def test_patch_sdpa_routes_long_sequences_and_restores():
     q, k, v = qkv(1, 1, 512, 16, dtype=torch.float32)
     exact = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     original = F.scaled_dot_product_attention
-    with patch_sdpa(block_size=16, sample_size=16, min_seq_len=64):
+    with patch_sdpa(block_size=16, sample_size=16, min_seq_len=64) as stats:
         approx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         short = F.scaled_dot_product_attention(q[..., :127, :], k[..., :127, :], v[..., :127, :], is_causal=True)
     assert F.scaled_dot_product_attention is original
     assert not torch.allclose(approx, exact)
     torch.testing.assert_close(approx[..., :64, :], exact[..., :64, :])  # causal leaves are exact
     torch.testing.assert_close(short, exact[..., :127, :])  # below 2 * min_seq_len causal: SDPA itself
+    assert (stats.routed, dict(stats.fallbacks)) == (1, {"short": 1})
+
+
+def test_patch_sdpa_counts_every_fallback_by_reason_and_warns_once_per_unexpected_reason():
+    """Issue #61: nothing said whether calls were routed. Masks, dropout, decode steps, short and
+    misaligned causal calls go to SDPA, each counted; an unexpected reason warns once."""
+    q, k, v = qkv(1, 2, 128, 16, dtype=torch.float32)
+    mask = torch.ones(128, 128, dtype=torch.bool).tril()
+    with patch_sdpa(block_size=16, sample_size=16, min_seq_len=32) as stats:
+        with pytest.warns(UserWarning, match=r"an attention mask was passed.*fallbacks\['attn_mask'\]"):
+            masked = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="HyperAttention")  # the second masked call: counted only
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            F.scaled_dot_product_attention(q[..., :1, :], k, v)  # a decode step: by design, no warning
+            F.scaled_dot_product_attention(q[..., :20, :], k, v)  # short: by design
+        with pytest.warns(UserWarning, match="dropout"):
+            F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+        with pytest.warns(UserWarning, match="n_q != n_k"):
+            F.scaled_dot_product_attention(q[..., :100, :], k, v, is_causal=True)
+        F.scaled_dot_product_attention(q, k, v)
+    assert stats.routed == 1
+    assert dict(stats.fallbacks) == {"attn_mask": 2, "decode": 1, "short": 1, "dropout": 1, "causal_lengths": 1}
+    assert stats.fallback == 6 and stats.calls == 7
+    torch.testing.assert_close(masked, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    assert "1 of 7 attention calls routed" in stats.summary()
+
+
+def test_patch_sdpa_warns_on_leaving_a_block_that_routed_nothing():
+    q, k, v = qkv(1, 1, 64, 8, dtype=torch.float32)
+    with pytest.warns(UserWarning, match=r"0 of 2 attention calls routed to HyperAttention; fell back: 2 short"):
+        with patch_sdpa() as stats:
+            F.scaled_dot_product_attention(q, k, v)
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with pytest.warns(UserWarning, match="nothing called torch.nn.functional.scaled_dot_product_attention"):
+        with patch_sdpa():
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with patch_sdpa(warn=False) as quiet:
+            F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(64, 64, dtype=torch.bool))
+    assert quiet.fallbacks == {"attn_mask": 1} and stats.fallbacks == {"short": 2}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_patch_sdpa_routes_grouped_query_calls(causal):
+    """Issue #61: HF passes enable_gqa=True for Llama-style models, which the patch used to decline."""
+    q, _, _ = qkv(2, 4, 256, 16, dtype=torch.float64)
+    _, k, v = qkv(2, 2, 256, 16, dtype=torch.float64, seed=1)
+    with patch_sdpa(block_size=16, sample_size=256, min_seq_len=32) as stats:  # every key sampled: exact
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    assert (stats.routed, stats.fallback) == (1, 0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
+    with patch_sdpa(block_size=16, sample_size=16, min_seq_len=32) as stats:
+        approx = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        with pytest.raises(RuntimeError), pytest.warns(UserWarning, match="not a multiple"):
+            F.scaled_dot_product_attention(q[:, :3], k, v, enable_gqa=True)  # SDPA's own error, counted
+    assert not torch.allclose(approx, out, atol=1e-3)
+    assert (stats.routed, dict(stats.fallbacks)) == (1, {"gqa_heads": 1})
+
+
+# --- grouped-query attention (enable_gqa) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("cover", ["block", "sample"])
+def test_grouped_query_attention_equals_sdpa_when_blocks_or_samples_cover_every_key(causal, cover):
+    q, _, _ = qkv(2, 6, 300, 16)
+    _, k, v = qkv(2, 2, 300, 16, seed=1)
+    kwargs = {"block_size": 512, "sample_size": 4} if cover == "block" else {"block_size": 8, "sample_size": 512}
+    out, lse = hyper_attention(q, k, v, causal=causal, min_seq_len=16, enable_gqa=True,
+                               generator=torch.Generator().manual_seed(1), **kwargs)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
+    scores = q @ k.repeat_interleave(3, dim=1).transpose(-1, -2) / 4.0  # query head h uses key head h // 3
+    if causal:
+        scores = scores.masked_fill(torch.ones(300, 300, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1))
+
+
+def test_grouped_query_attention_shares_key_heads_without_copying_them(monkeypatch):
+    """The algorithm sees B * H_kv key heads (each with its G query heads as one sequence), never B * H_q."""
+    seen = []
+    causal = attention_module._causal
+
+    def spy(q, k, v, *args):
+        seen.append((tuple(q.shape), tuple(k.shape), k.untyped_storage().nbytes()))
+        return causal(q, k, v, *args)
+
+    monkeypatch.setattr(attention_module, "_causal", spy)
+    q, _, _ = qkv(1, 8, 128, 16, dtype=torch.float32)
+    _, k, v = qkv(1, 2, 128, 16, dtype=torch.float32, seed=1)
+    hyper_attention(q, k, v, causal=True, block_size=16, sample_size=16, min_seq_len=16, enable_gqa=True)
+    assert seen[0][:2] == ((2, 128 * 4, 16), (2, 128, 16))
+    assert seen[0][2] == k.numel() * k.element_size()  # the keys are k's own storage, not k repeated 4 times
+
+
+def test_grouped_query_attention_with_a_value_dim_unlike_d_uses_the_readable_path_exactly():
+    q, _, _ = qkv(1, 4, 64, 8)
+    _, k, v = qkv(1, 1, 64, 8, seed=1, d_v=5)
+    out, _ = hyper_attention(q, k, v, causal=True, block_size=4, sample_size=64, min_seq_len=8, enable_gqa=True)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+
+
+def test_grouped_query_gradients_match_sdpa():
+    q, _, _ = qkv(1, 4, 96, 8)
+    _, k, v = qkv(1, 2, 96, 8, seed=1)
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out, _ = hyper_attention(q, k, v, causal=True, block_size=8, sample_size=256, min_seq_len=16, enable_gqa=True)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    for g_, r_ in zip(torch.autograd.grad(out.square().sum(), (q, k, v)),
+                      torch.autograd.grad(ref.square().sum(), (q, k, v))):
+        torch.testing.assert_close(g_, r_)
+
+
+def test_grouped_query_cut_off_counts_positions_not_the_groups_queries():
+    q, _, _ = qkv(1, 4, 256, 8)
+    _, k, v = qkv(1, 1, 256, 8, seed=1)
+    kw = {"block_size": 4, "sample_size": 4, "enable_gqa": True, "generator": torch.Generator().manual_seed(0)}
+    ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(hyper_attention(q, k, v, min_seq_len=257, **kw)[0], ref)  # 256 positions: exact
+    assert not torch.allclose(hyper_attention(q, k, v, min_seq_len=256, **kw)[0], ref, atol=1e-3)
+
+
+def test_grouped_query_errors_name_the_heads():
+    q, k, v = qkv(1, 4, 32, 8)
+    with pytest.raises(ValueError, match=r"do not broadcast; for grouped-query attention .* pass enable_gqa=True"):
+        hyper_attention(q, k[:, :2], v[:, :2])
+    with pytest.raises(ValueError, match="multiple of the key/value heads, got 4 query heads .* and 3 key/value"):
+        hyper_attention(q, k[:, :3], v[:, :3], enable_gqa=True)
+    with pytest.raises(ValueError, match="k and v with the same number of heads"):
+        hyper_attention(q, k[:, :2], v[:, :1], enable_gqa=True)
+    with pytest.raises(ValueError, match=r"enable_gqa=True needs q, k and v with a heads dimension"):
+        hyper_attention(q[0, 0], k[0, 0], v[0, 0], enable_gqa=True)
+    with pytest.raises(TypeError, match="enable_gqa must be True or False, got 'yes'"):
+        hyper_attention(q, k, v, enable_gqa="yes")
+
+
+def test_module_serves_grouped_query_attention():
+    q, _, _ = qkv(1, 4, 64, 16, dtype=torch.float32)
+    _, k, v = qkv(1, 2, 64, 16, dtype=torch.float32, seed=1)
+    out = HyperAttention(head_dim=16, min_seq_len=4096)(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+
+
+# --- edge cases of the public functions (issue #59) ---------------------------------------------------------
+
+
+def test_head_dim_zero_is_a_clear_error_not_a_zero_division():
+    q = torch.randn(1, 2, 16, 0)
+    with pytest.raises(ValueError, match=r"head dimension d >= 1 .* got d=0: q \(1, 2, 16, 0\)"):
+        hyper_attention(q, q, q)
+    with pytest.raises(ValueError, match=r"head dimension d >= 1 .* got d=0"):
+        exact_attention(q[0], q[0], q[0])
+
+
+def test_lsh_bucket_ranks_refuses_more_than_16_projections_before_allocating():
+    x = torch.randn(10, 4)
+    with pytest.raises(ValueError, match=r"projections must have at most 16 columns .* got r=40 \(projections "
+                                         r"\(4, 40\)\)"):
+        lsh_bucket_ranks(x, torch.randn(4, 40))  # used to build a 2^40-entry table (8 TB)
+    assert lsh_bucket_ranks(x, torch.randn(4, 16)).max() < 2**16
+    with pytest.raises(ValueError, match=r"projections must be \(d, r\) for x \(..., n, d\)"):
+        lsh_bucket_ranks(x, torch.randn(5, 3))
+    with pytest.raises(ValueError, match=r"projections must have 2 dimensions \(d, r\)"):
+        lsh_bucket_ranks(x, torch.randn(4))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        lsh_bucket_ranks([[1.0]], torch.randn(1, 2))
 
 
 def test_scale_causal_and_empty_queries_are_checked():

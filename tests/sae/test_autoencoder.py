@@ -142,6 +142,13 @@ def test_save_load_round_trip_in_saelens_layout(tmp_path, tied):
 def test_metrics_known_values():
     x = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     assert fvu(x, x) == 0.0 and fvu(x, x.mean(0).expand(2, 2)) == pytest.approx(1.0)
+    # FVU of a constant target is undefined (0 / 0 or r / 0): a clear error, not inf or NaN (issue #59).
+    # 0.1 x 7 rows: the mean rounds, sum((x - mean)^2) is 1e-15 rather than 0, so a check of the denominator alone
+    # would miss it (the ratio would be 0 or 1e16)
+    constant = torch.full((7, 3), 0.1)
+    for rec in (constant, constant + 1.0):
+        with pytest.raises(ValueError, match=r"fvu is undefined for a constant x \(all 7 rows equal"):
+            fvu(constant, rec)
     codes = torch.tensor([[1.0, 0.0, 0.0], [2.0, 3.0, 0.0]])
     assert l0(codes) == 1.5 and dead_latents(codes) == 1
     truth = torch.eye(3)

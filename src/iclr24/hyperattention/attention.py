@@ -25,6 +25,13 @@ Shapes follow ``torch.nn.functional.scaled_dot_product_attention``: ``q`` is
 ``(*batch, n_q, d)``, ``k`` is ``(*batch, n_k, d)``, ``v`` is ``(*batch, n_k, d_v)``;
 batch dimensions broadcast. (flash-attn's ``(batch, n, heads, d)`` layout must be
 transposed first.)
+
+Grouped-query attention (SDPA's ``enable_gqa``: ``H_q`` query heads share ``H_kv`` key/value
+heads, ``G = H_q / H_kv``) is computed without copying keys or values: the ``G`` query heads of
+a key/value head are interleaved into one sequence of ``n_q * G`` queries, position-major, so
+query row ``i`` sits at position ``i // G``. Non-causal steps 1-4 take it as it is (all its
+queries see the same keys); the causal recursion splits it by position, and its exact leaves
+run the ``G`` heads against the one key/value head.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ _MAX_SCORES = 1 << 25
 # Score entries per chunk of the sorted queries: a few MB, so temporaries stay in cache.
 _CHUNK_SCORES = 1 << 20
 _HAS_CPU_FLASH = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+# sortLSH hashes into 2^r buckets through a 2^r table: r = 16 is 65536 buckets, r = 40 would be 8 TB.
+_MAX_LSH_PROJS = 16
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,8 @@ class HyperAttentionConfig:
         if self.block_size == 0 and self.sample_size == 0:
             raise ValueError("block_size and sample_size cannot both be 0: nothing would be attended")
         check_int("lsh_num_projs", self.lsh_num_projs, minimum=0)
-        if self.lsh_num_projs > 16:
-            raise ValueError(f"lsh_num_projs must be <= 16 (2^r buckets), got {self.lsh_num_projs}")
+        if self.lsh_num_projs > _MAX_LSH_PROJS:
+            raise ValueError(f"lsh_num_projs must be <= {_MAX_LSH_PROJS} (2^r buckets), got {self.lsh_num_projs}")
         check_int("min_seq_len", self.min_seq_len, minimum=0)
 
 
@@ -151,18 +160,36 @@ def exact_attention(
             or k.shape[1] != v.shape[1]:
         raise ValueError(f"expected q (B, n_q, d), k (B, n_k, d) and v (B, n_k, d_v), got {tuple(q.shape)}, "
                          f"{tuple(k.shape)} and {tuple(v.shape)}")
+    _check_head_dim(q, k)
     if scale is not None:
         scale = check_number("scale", scale, minimum=0, exclusive=True)
     return _exact_attention(q, k, v, causal=causal, scale=scale)
 
 
+def _check_head_dim(q: Tensor, k: Tensor) -> None:
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k must have a head dimension d >= 1 (the default scale is 1/sqrt(d)), got d=0: "
+                         f"q {tuple(q.shape)} and k {tuple(k.shape)}")
+
+
 def _exact_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-                     scale: float | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`exact_attention` on inputs already checked (HyperAttention's recursion calls it on blocks)."""
+                     scale: float | None = None, group: int = 1) -> tuple[Tensor, Tensor]:
+    """:func:`exact_attention` on inputs already checked (HyperAttention's recursion calls it on blocks).
+
+    ``group`` > 1: ``q`` holds ``group`` queries per position, position-major (row ``i`` is at position
+    ``i // group``); only the causal mask depends on it.
+    """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if (_HAS_CPU_FLASH and q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
             and v.shape[-1] == q.shape[-1]):
         # Fast path: torch's CPU flash kernel, forward and backward.
+        if causal and group > 1:  # the group as heads, against one (broadcast, not copied) key/value head
+            B, n, d = k.shape
+            heads = (B, group, n, d)
+            out, lse = _FlashAttentionWithLse.apply(q.view(B, n, group, d).transpose(1, 2),
+                                                    k.unsqueeze(1).expand(heads), v.unsqueeze(1).expand(heads),
+                                                    causal, scale)
+            return out.transpose(1, 2).reshape(B, n * group, d), lse.transpose(1, 2).reshape(B, n * group)
         out, lse = _FlashAttentionWithLse.apply(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), causal, scale)
         return out.squeeze(1), lse.squeeze(1)
     # Readable path (other devices and dtypes): scores in query chunks to bound memory.
@@ -173,7 +200,7 @@ def _exact_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
     for start in range(0, n_q, chunk):
         scores = (q[:, start:start + chunk] @ k.transpose(-1, -2)) * scale  # (B, c, n_k)
         if causal:
-            rows = torch.arange(start, min(start + chunk, n_q), device=q.device)
+            rows = torch.arange(start, min(start + chunk, n_q), device=q.device) // group
             future = rows[:, None] < torch.arange(n_k, device=q.device)[None, :]
             scores = scores.masked_fill(future, float("-inf"))
         out, lse = _attend(scores, v)
@@ -225,15 +252,26 @@ def lsh_bucket_ranks(x: Tensor, projections: Tensor) -> Tensor:
 
     Args:
         x: ``(..., n, d)`` queries or keys.
-        projections: ``(d, r)`` random hyperplane normals, shared by queries and keys.
+        projections: ``(d, r)`` random hyperplane normals, shared by queries and keys;
+            ``r <= 16`` (the ranks come from a table of ``2^r`` entries).
 
     Returns:
         ``(..., n)`` integer ranks in ``[0, 2^r)``; rows whose ranks differ by one lie in
         buckets whose hashes differ in exactly one bit.
     """
-    if projections.dim() != 2 or x.dim() < 1 or projections.shape[0] != x.shape[-1]:
+    check_tensor("x", x, min_ndim=1, dtypes=_FLOAT_DTYPES, finite=False, shape_doc="(..., n, d)")
+    check_tensor("projections", projections, ndim=2, dtypes=_FLOAT_DTYPES, finite=False, shape_doc="(d, r)")
+    if projections.shape[0] != x.shape[-1]:
         raise ValueError(f"projections must be (d, r) for x (..., n, d), got {tuple(projections.shape)} and x "
                          f"{tuple(x.shape)}")
+    if projections.shape[1] > _MAX_LSH_PROJS:
+        raise ValueError(f"projections must have at most {_MAX_LSH_PROJS} columns (r hyperplanes give a table of "
+                         f"2^r buckets), got r={projections.shape[1]} (projections {tuple(projections.shape)})")
+    return _lsh_bucket_ranks(x, projections)
+
+
+def _lsh_bucket_ranks(x: Tensor, projections: Tensor) -> Tensor:
+    """:func:`lsh_bucket_ranks` on inputs already checked."""
     r = projections.shape[-1]
     bits = (x @ projections.to(x.dtype)) > 0  # (..., n, r)
     codes = (bits.long() << torch.arange(r, device=x.device)).sum(-1)
@@ -254,11 +292,11 @@ def _pad_rows(x: Tensor, rows: int) -> Tensor:
 
 def _noncausal(
     q: Tensor, k: Tensor, v: Tensor, scale: float, cfg: HyperAttentionConfig,
-    projections: Tensor, generator: torch.Generator | None,
+    projections: Tensor, generator: torch.Generator | None, group: int = 1,
 ) -> tuple[Tensor, Tensor]:
     B, n_q, d = q.shape
     n_k, d_v = k.shape[1], v.shape[-1]
-    if n_q < max(cfg.min_seq_len, 1):
+    if n_q // group < max(cfg.min_seq_len, 1):  # the cut-off counts positions, not a group's queries
         return _exact_attention(q, k, v, scale=scale)
     if cfg.block_size == 0:  # ablation: uniform sampling alone, nothing excluded
         index, log_weight = _sample_columns(B, n_k, cfg.sample_size, generator, q.device)
@@ -266,8 +304,8 @@ def _noncausal(
         return out, lse + log_weight
 
     # Step 1: sort queries and keys by their sortLSH bucket.
-    q_order = torch.argsort(lsh_bucket_ranks(q, projections), dim=-1, stable=True)  # (B, n_q)
-    k_order = torch.argsort(lsh_bucket_ranks(k, projections), dim=-1, stable=True)  # (B, n_k)
+    q_order = torch.argsort(_lsh_bucket_ranks(q, projections), dim=-1, stable=True)  # (B, n_q)
+    k_order = torch.argsort(_lsh_bucket_ranks(k, projections), dim=-1, stable=True)  # (B, n_k)
     q_s, k_s, v_s = _gather_rows(q, q_order), _gather_rows(k, k_order), _gather_rows(v, k_order)
 
     # The block-diagonal mask M on the sorted order: n_blocks blocks of bk keys. With n_q == n_k
@@ -332,17 +370,18 @@ def _sample_columns(
 
 def _causal(
     q: Tensor, k: Tensor, v: Tensor, scale: float, cfg: HyperAttentionConfig,
-    projections: Tensor, generator: torch.Generator | None,
+    projections: Tensor, generator: torch.Generator | None, group: int = 1,
 ) -> tuple[Tensor, Tensor]:
-    n = q.shape[1]
+    n = k.shape[1]  # positions; q holds group queries per position, position-major
     if n < max(cfg.min_seq_len, 2):  # a single query cannot be halved further
-        return _exact_attention(q, k, v, causal=True, scale=scale)
+        return _exact_attention(q, k, v, causal=True, scale=scale, group=group)
     h = n // 2
+    hq = h * group
     # [ causal(top-left)          0          ]
     # [ noncausal(bottom-left)  causal(bottom-right) ]
-    out_top, lse_top = _causal(q[:, :h], k[:, :h], v[:, :h], scale, cfg, projections, generator)
-    out_left, lse_left = _noncausal(q[:, h:], k[:, :h], v[:, :h], scale, cfg, projections, generator)
-    out_right, lse_right = _causal(q[:, h:], k[:, h:], v[:, h:], scale, cfg, projections, generator)
+    out_top, lse_top = _causal(q[:, :hq], k[:, :h], v[:, :h], scale, cfg, projections, generator, group)
+    out_left, lse_left = _noncausal(q[:, hq:], k[:, :h], v[:, :h], scale, cfg, projections, generator, group)
+    out_right, lse_right = _causal(q[:, hq:], k[:, h:], v[:, h:], scale, cfg, projections, generator, group)
     out_bottom, lse_bottom = merge_attention(out_left, lse_left, out_right, lse_right)
     return torch.cat([out_top, out_bottom], 1), torch.cat([lse_top, lse_bottom], 1)
 
@@ -363,6 +402,7 @@ def hyper_attention(
     scale: float | None = None,
     generator: torch.Generator | None = None,
     lsh_projections: Tensor | None = None,
+    enable_gqa: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Approximate softmax attention in near-linear time.
 
@@ -376,6 +416,10 @@ def hyper_attention(
         generator: random source for the LSH hyperplanes and the sampled columns.
         lsh_projections: fixed ``(d, lsh_num_projs)`` hyperplanes (a module keeps them as a
             buffer); drawn from ``generator`` when omitted.
+        enable_gqa: grouped-query attention, as SDPA's: ``q`` ``(*batch, H_q, n_q, d)`` and ``k``, ``v``
+            ``(*batch, H_kv, n_k, d)`` with ``H_q`` a multiple of ``H_kv``; query head ``h`` uses key/value
+            head ``h // (H_q / H_kv)``. The key/value heads are not copied: each one's query heads are
+            attended together (see the module docstring); ``min_seq_len`` still counts positions.
 
     Returns:
         ``out`` ``(*batch, n_q, d_v)`` in the input dtype, and ``lse`` ``(*batch, n_q)``: the
@@ -395,15 +439,36 @@ def hyper_attention(
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same head dimension d, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    _check_head_dim(q, k)
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length n_k, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be True or False, got {enable_gqa!r}")
+    group = 1
+    if enable_gqa:
+        if min(q.dim(), k.dim(), v.dim()) < 3:
+            raise ValueError(f"enable_gqa=True needs q, k and v with a heads dimension (*batch, heads, n, d), got q "
+                             f"{tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}")
+        h_q, h_kv = q.shape[-3], k.shape[-3]
+        if v.shape[-3] != h_kv:
+            raise ValueError(f"enable_gqa=True needs k and v with the same number of heads, got k {tuple(k.shape)} "
+                             f"and v {tuple(v.shape)}")
+        if h_kv == 0 or h_q % h_kv:
+            raise ValueError(f"enable_gqa=True needs the query heads to be a multiple of the key/value heads, got "
+                             f"{h_q} query heads (q {tuple(q.shape)}) and {h_kv} key/value heads (k {tuple(k.shape)})")
+        group = h_q // h_kv
+    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    if group > 1:
+        # (*b, H_kv * G, n_q, d) -> (*b, H_kv, n_q * G, d): each key/value head's G query heads, position-major.
+        q = q.unflatten(-3, (-1, group)).transpose(-3, -2).flatten(-3, -2)
     try:
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
+        hint = ("" if enable_gqa or min(q.dim(), k.dim()) < 3 or q.shape[-3] == k.shape[-3]
+                else "; for grouped-query attention (fewer key/value heads) pass enable_gqa=True")
         raise ValueError(
-            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
+            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast{hint}"
         ) from None
-    n_q, n_k, d = q.shape[-2], k.shape[-2], q.shape[-1]
     if not isinstance(causal, bool):  # a string such as "no" would otherwise read as True
         raise TypeError(f"causal must be True or False, got {causal!r}")
     if scale is not None:
@@ -425,14 +490,18 @@ def hyper_attention(
     compute = torch.promote_types(q.dtype, torch.float32)
     flat = [x.expand(*batch, *x.shape[-2:]).reshape(-1, *x.shape[-2:]).to(compute) for x in (q, k, v)]
     algorithm = _causal if causal else _noncausal
-    # Many heads at long n: run them in groups so the score tensors stay bounded.
+    # Many heads at long n: run them in chunks so the score tensors stay bounded.
     B = flat[0].shape[0]
-    per_head = max(n_q, n_k) * max(cfg.block_size, min(cfg.sample_size, n_k), min(cfg.min_seq_len, n_k), 1)
-    group = max(1, _MAX_SCORES // per_head)
+    per_head = max(n_q * group, n_k) * max(cfg.block_size, min(cfg.sample_size, n_k), min(cfg.min_seq_len, n_k), 1)
+    heads = max(1, _MAX_SCORES // per_head)
     outs, lses = [], []
-    for start in range(0, B, group):
-        out, lse = algorithm(*(x[start:start + group] for x in flat), scale, cfg, lsh_projections, generator)
+    for start in range(0, B, heads):
+        out, lse = algorithm(*(x[start:start + heads] for x in flat), scale, cfg, lsh_projections, generator, group)
         outs.append(out)
         lses.append(lse)
-    out, lse = torch.cat(outs), torch.cat(lses)
-    return out.to(q.dtype).reshape(*batch, n_q, v.shape[-1]), lse.reshape(*batch, n_q)
+    out = torch.cat(outs).to(q.dtype).reshape(*batch, n_q * group, v.shape[-1])
+    lse = torch.cat(lses).reshape(*batch, n_q * group)
+    if group > 1:  # back to (*b, H_q, n_q, ...)
+        out = out.unflatten(-2, (n_q, group)).transpose(-3, -2).flatten(-4, -3)
+        lse = lse.unflatten(-1, (n_q, group)).transpose(-2, -1).flatten(-3, -2)
+    return out, lse

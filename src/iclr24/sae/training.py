@@ -255,14 +255,26 @@ def _resample(sae: SparseAutoencoder, opt: torch.optim.Optimizer, batch: Tensor,
 
 
 def fvu(x: Tensor, reconstruction: Tensor) -> float:
-    """Fraction of variance unexplained: ``||x - x^||^2 / ||x - mean(x)||^2``."""
+    """Fraction of variance unexplained: ``||x - x^||^2 / ||x - mean(x)||^2``.
+
+    Undefined when every row of ``x`` is the same (no variance to explain): that raises a
+    ValueError rather than returning inf or NaN.
+    """
     check_tensor("x", x, min_ndim=1, dtypes=_FLOATS, shape_doc="(n, ...)")
     check_tensor("reconstruction", reconstruction, dtypes=_FLOATS)
     if reconstruction.shape != x.shape:
         raise ValueError(f"reconstruction must have x's shape {tuple(x.shape)}, got {tuple(reconstruction.shape)}")
     if x.shape[0] < 2:
         raise ValueError(f"x must hold at least 2 rows (a variance), got shape {tuple(x.shape)}")
-    return float((x - reconstruction).pow(2).sum() / (x - x.mean(0)).pow(2).sum())
+    total = (x - x.mean(0)).pow(2).sum()
+    # Rows all equal: the variance is 0 (the mean may round to a tiny non-zero one), so the ratio is undefined.
+    if bool((x == x[:1]).all()):
+        raise ValueError(f"fvu is undefined for a constant x (all {x.shape[0]} rows equal, so there is no variance to "
+                         f"explain), got x of shape {tuple(x.shape)} with every row equal to x[0]")
+    if total == 0:
+        raise ValueError(f"fvu is undefined for x without variance: sum((x - mean(x))^2) is 0 in {x.dtype} for x of "
+                         f"shape {tuple(x.shape)}")
+    return float((x - reconstruction).pow(2).sum() / total)
 
 
 def l0(codes: Tensor) -> float:
