@@ -11,6 +11,7 @@ from iclr24.coela.experiment import (
     PRESETS,
     _claims,
     _env,
+    _llm_stand_in,
     _same_houses_check,
 )
 
@@ -19,10 +20,10 @@ def _episodes(steps, rate=1.0):
     return [Episode(s, rate, rate == 1.0) for s in steps]
 
 
-def _claim_map(single, pair, comm, llm, short):
+def _claim_map(single, pair, comm, llm, short, llm_rate=0.33, stand_in="a scripted model stands in for GPT-4"):
     runs = {"single (heuristic)": _episodes(single), "MHP-like pair, no messages": _episodes(pair),
             "MHP-like pair, messages": _episodes(comm), "random pair": _episodes(pair)}
-    claims = _claims(PRESETS["quick"], runs, _episodes(llm, 0.33), _episodes(short), "scripted")
+    claims = _claims(PRESETS["quick"], runs, _episodes(llm, llm_rate), _episodes(short), "scripted", stand_in)
     return {c.statement: c for c in claims}
 
 
@@ -82,3 +83,31 @@ def test_a_budget_above_the_pair_only_shrinks_a_model_that_never_finishes(budget
     assert evidence.verdict == verdict
     assert evidence.effect == pytest.approx(budget - 70 / 3)
     assert evidence.interval[1] - evidence.interval[0] == pytest.approx(5.74, abs=0.01)   # the same spread
+
+
+def test_each_claim_says_where_its_margin_came_from_and_what_it_measured():
+    claims = _claim_map(single=[30, 34, 33, 31], pair=[20, 23, 22, 21], comm=[18, 21, 21, 19], llm=[30, 30, 30],
+                        short=[22, 20, 25], llm_rate=0.0)
+    assert claims[CLAIM_EI].provenance == "spec" and claims[CLAIM_EI].subject == "paper"   # MHP teams are the paper's
+    assert claims[CLAIM_COMM].provenance == "spec" and claims[CLAIM_COMM].subject == "stand-in"
+    assert "template messages" in claims[CLAIM_COMM].stand_in
+    llm = claims[CLAIM_LLM]
+    assert llm.provenance == "revised" and "transport rate" in llm.revision
+    assert llm.subject == "stand-in" and llm.stand_in == "a scripted model stands in for GPT-4"
+    # the first criterion, shown beside: transport rates 0 vs 1 in every house, a difference with no spread
+    assert llm.original.label.startswith("transport rate") and llm.original.better == "higher"
+    assert llm.original.effect == -1.0 and llm.original.verdict == "inconclusive"
+    assert llm.verdict == "fails"                                        # the verdict is the steps criterion's
+
+
+def test_only_a_served_model_makes_the_llm_claim_about_the_papers_subject():
+    from iclr24.llm import get_model
+    from iclr24.llm.openai_backend import OpenAIModel
+
+    served = OpenAIModel("gpt-4", base_url="http://127.0.0.1:9/v1")   # built without contacting the server
+    assert _llm_stand_in(served) == ""
+    local = get_model("scripted", outputs=[])
+    assert local.name in _llm_stand_in(local) and "GPT-4" in _llm_stand_in(local)
+    claims = _claim_map(single=[30, 34, 33], pair=[20, 23, 22], comm=[18, 21, 21], llm=[20, 21, 19],
+                        short=[22, 24, 24], stand_in=_llm_stand_in(served))
+    assert claims[CLAIM_LLM].subject == "paper" and claims[CLAIM_LLM].stand_in == ""

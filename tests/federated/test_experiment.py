@@ -10,20 +10,30 @@ CFG = fed.PRESETS["smoke"]
 NORM, ALPHA = CFG.signal_norms[0], CFG.digits_alphas[0]
 
 
-def claims(local=0.15, fedavg=0.01, weighted=0.01, opposite=(0.50, 0.02), orthogonal=(0.05, 0.02),
-           digits=(0.08, 0.04, 0.03), snr=(0.04, 0.32)):
-    def seeds(v):
-        return [v - 0.002, v, v + 0.002]
+#: Per-seed noise, different for each method, so that paired differences have a spread (equal replicates decide
+#: nothing).
+JITTER = {"local": (-0.002, 0.0, 0.002), "fedavg": (0.001, -0.001, 0.0), "weighted": (0.0, 0.002, -0.001),
+          fed.ORACLE: (0.001, 0.0, -0.002)}
 
+
+def seeds(value, method):
+    return [value + j for j in JITTER[method]]
+
+
+def claims(local=0.15, fedavg=0.01, weighted=0.01, opposite=(0.50, 0.02), orthogonal=(0.05, 0.02),
+           digits=(0.08, 0.04, 0.03), snr=(0.04, 0.32), oracle=None):
+    """The claims on 3 seeds' hand-made values; ``oracle``: the oracle's (opposite, orthogonal) errors, if run."""
     errors = {}
     for het in HETEROGENEITY:
-        errors[NORM, het, "local"] = seeds(local)
-        errors[NORM, het, "fedavg"] = seeds(fedavg)
-        errors[NORM, het, "weighted"] = seeds(weighted)
-    errors[NORM, "opposite", "fedavg"], errors[NORM, "opposite", "weighted"] = map(seeds, opposite)
-    errors[NORM, "orthogonal", "fedavg"], errors[NORM, "orthogonal", "weighted"] = map(seeds, orthogonal)
-    real = {(ALPHA, m): seeds(v) for m, v in zip(fed.METHODS, digits)}
-    return fed._claims(CFG, errors, real, {"local": seeds(snr[0]), "fedavg": seeds(snr[1])})
+        for method, value in zip(fed.METHODS, (local, fedavg, weighted)):
+            errors[NORM, het, method] = seeds(value, method)
+    for het, (fedavg_error, weighted_error) in (("opposite", opposite), ("orthogonal", orthogonal)):
+        errors[NORM, het, "fedavg"], errors[NORM, het, "weighted"] = (seeds(fedavg_error, "fedavg"),
+                                                                      seeds(weighted_error, "weighted"))
+        if oracle is not None:
+            errors[NORM, het, fed.ORACLE] = seeds(oracle[het == "orthogonal"], fed.ORACLE)
+    real = {(ALPHA, m): seeds(v, m) for m, v in zip(fed.METHODS, digits)}
+    return fed._claims(CFG, errors, real, {"local": seeds(snr[0], "local"), "fedavg": seeds(snr[1], "fedavg")})
 
 
 def test_claims_follow_their_margins():
@@ -61,26 +71,34 @@ def test_the_oracle_runs_only_where_signals_differ_at_the_claims_norm_and_is_rep
     check = fed._oracle_check(CFG, seed=0)  # homogeneous: the oracle's mixing matrix is FedAvg's
     assert check.passed, check.detail
     base = claims()
-    errors = {}
-    for het in HETEROGENEITY:
-        for m, v in zip(fed.METHODS, (0.15, 0.01, 0.01)):
-            errors[NORM, het, m] = [v - 0.002, v, v + 0.002]
-    errors[NORM, "opposite", "fedavg"] = [0.498, 0.5, 0.502]
-    errors[NORM, "opposite", "weighted"] = [0.018, 0.02, 0.022]
-    errors[NORM, "orthogonal", "fedavg"] = [0.048, 0.05, 0.052]
-    errors[NORM, "orthogonal", "weighted"] = [0.018, 0.02, 0.022]
-    errors[NORM, "opposite", fed.ORACLE] = [0.9, 0.9, 0.9]  # an oracle far worse changes no verdict
-    errors[NORM, "orthogonal", fed.ORACLE] = [0.9, 0.9, 0.9]
-    real = {(ALPHA, m): [v - 0.002, v, v + 0.002] for m, v in zip(fed.METHODS, (0.08, 0.04, 0.03))}
-    with_oracle = fed._claims(CFG, errors, real, {"local": [0.038, 0.04, 0.042], "fedavg": [0.318, 0.32, 0.322]})
+    with_oracle = claims(oracle=(0.9, 0.9))  # an oracle far worse changes no verdict
     assert [c.verdict for c in with_oracle] == [c.verdict for c in base] == ["holds"] * 4
     weighted = with_oracle[2]
     assert "oracle signal-patch features, not judged: opposite 0.900, orthogonal 0.900" in weighted.measured
+    # the claim as first defined (the oracle's features) is shown beside: here it fails, and decides nothing
+    assert weighted.original.verdict == "fails" and base[2].original is None
+    assert [p.label for p in weighted.original.parts] == [
+        f"{signals}: test error, {fed.LABELS[fed.ORACLE]} - FedAvg" for signals in ("opposite signals",
+                                                                                     "orthogonal groups")]
+
+
+def test_each_claim_records_where_its_margins_came_from():
+    """The margins are the spec's; weighted FedAvg's features were changed after the first results (the oracle
+    signal patch to the whole input), so that claim is revised, with the oracle's verdict beside it."""
+    first = claims(oracle=(0.01, 0.01))
+    assert [c.provenance for c in first] == ["spec", "spec", "revised", "spec"]
+    assert "whole inputs instead of the signal patch" in first[2].revision
+    assert first[2].verdict == first[2].original.verdict == "holds"
+    assert {c.subject for c in first} == {"paper"}
+    # every margin as stated: FedAvg -0.1, weighted -0.3 and 0 (a zero margin is +0), the digits ordering 0
+    margins = [[p.threshold for p in c.evidence.parts] if c.evidence.parts else [c.evidence.threshold] for c in first]
+    assert margins == [[-0.1], [2.0], [-0.3, 0.0], [0.0, 0.0]]
+    assert all(p.summary().endswith("vs < 0") for p in first[3].evidence.parts)   # not "< -0"
 
 
 def test_the_real_data_claim_says_it_is_judged_at_the_first_alpha_only():
     cfg = fed.Config(digits_alphas=(0.5, 0.1))
-    real = {(a, m): [v - 0.002, v, v + 0.002] for a, vals in ((0.5, (0.08, 0.04, 0.03)), (0.1, (0.04, 0.06, 0.02)))
+    real = {(a, m): seeds(v, m) for a, vals in ((0.5, (0.08, 0.04, 0.03)), (0.1, (0.04, 0.06, 0.02)))
             for m, v in zip(fed.METHODS, vals)}
     errors = {(cfg.signal_norms[0], het, m): [0.1, 0.1, 0.1] for het in HETEROGENEITY for m in fed.METHODS}
     claim = fed._claims(cfg, errors, real, {"local": [1.0] * 3, "fedavg": [1.0] * 3})[3]

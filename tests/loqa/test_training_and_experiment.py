@@ -53,17 +53,18 @@ SEEDS = 3
 
 
 def _claims_on(loqa_reward=-1.0, naive=-2.0, final_ad=-2.12, final_self=-1.0, lola_policy=DEFECT, coin=None,
-               jitter=(0.0, 0.01, -0.01)):
-    """The claims on hand-made measurements of 3 seeds (``jitter`` spreads the per-seed rewards)."""
+               jitter=(0.0, 0.01, -0.01), cfg=None):
+    """The claims on hand-made measurements of 3 seeds (``jitter`` spreads the per-seed rewards, and the steps at
+    the second evaluation: 200 give or take 10 for LOQA, 150 give or take 5 for LOLA-DiCE)."""
     from iclr24.loqa.experiment import Config, _claims
 
-    runs = {"LOQA": [_history([DEFECT, TFT], [-2.0, loqa_reward + j], [100, 200]) for j in jitter],
+    runs = {"LOQA": [_history([DEFECT, TFT], [-2.0, loqa_reward + j], [100, 200 + 1000 * j]) for j in jitter],
             "naive": [_history([DEFECT, DEFECT], [-2.0, naive + j], [100, 200]) for j in jitter],
-            "LOLA-DiCE": [_history([DEFECT, lola_policy], [-2.0, -1.0], [50, 150]) for _ in jitter]}
+            "LOLA-DiCE": [_history([DEFECT, lola_policy], [-2.0, -1.0], [50, 150 + 500 * j]) for j in jitter]}
     reach = [{"vs_always_defect": -2.12, "self_play": -1.0, "policy": TFT} if loqa_reward >= -1.2 else None
              for _ in jitter]
     final = [{"vs_always_defect": final_ad + j, "self_play": final_self + j, "policy": TFT} for j in jitter]
-    return _claims(runs, reach, final, coin or {"LOQA": [], "naive": []}, Config(seeds=SEEDS))
+    return _claims(runs, reach, final, coin or {"LOQA": [], "naive": []}, cfg or Config(seeds=SEEDS))
 
 
 def _verdicts(**measurements):
@@ -77,7 +78,7 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
     assert _verdicts(final_ad=-2.4)[CLAIM_RECIPROCITY] == "fails"  # the final policy is exploited by Always-Defect
     assert _verdicts(final_self=-1.5)[CLAIM_RECIPROCITY] == "fails"  # the final policy stopped cooperating
     assert _verdicts(naive=-1.5)[CLAIM_RECIPROCITY] == "fails"  # the naive learner cooperated too
-    assert _verdicts(lola_policy=TFT)[CLAIM_COMPUTE] == "fails"  # LOLA-DiCE got there first (150 < 200)
+    assert _verdicts(lola_policy=TFT)[CLAIM_COMPUTE] == "fails"  # LOLA-DiCE got there first (about 150 < 200)
     # never reaching reciprocity counts as the whole budget: LOQA never, LOLA-DiCE at 150 steps
     assert _verdicts(loqa_reward=-1.5, lola_policy=TFT)[CLAIM_COMPUTE] == "fails"
     # a final self-play whose interval straddles the bar decides nothing
@@ -85,7 +86,7 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
 
     def coin(own=0.9, gain=0.05):
         return {"LOQA": [{"own_fraction": own + j, "reward": 0.2, "greedy_gain": gain + j} for j in (0, .01, -.01)],
-                "naive": [{"own_fraction": 0.5, "reward": 0.0, "greedy_gain": 0.0}] * SEEDS}
+                "naive": [{"own_fraction": 0.5 + j, "reward": 0.0, "greedy_gain": 0.0} for j in (.01, 0, -.01)]}
 
     assert _verdicts(coin=coin())[CLAIM_COIN] == "holds"
     assert _verdicts(coin=coin(own=0.7))[CLAIM_COIN] == "fails"
@@ -94,6 +95,41 @@ def test_claims_hold_on_clear_measurements_and_can_fail():
         from iclr24.loqa.experiment import Config
 
         Config(batch_size=12)
+
+
+def test_equal_replicates_decide_nothing():
+    """A measurement with no spread over seeds (both learners never reach reciprocity, so each counts the whole
+    budget; a naive learner at exactly -2 in every seed) has no interval, and decides nothing."""
+    from iclr24.loqa.experiment import CLAIM_COMPUTE, CLAIM_RECIPROCITY
+
+    claims = {c.statement: c for c in _claims_on(loqa_reward=-1.5)}   # LOQA never reaches it; LOLA-DiCE neither
+    compute = claims[CLAIM_COMPUTE].evidence
+    assert compute.verdict == "inconclusive" and compute.interval is None and compute.effect == pytest.approx(1.0)
+    claims = {c.statement: c for c in _claims_on(naive=-2.0, jitter=(0.0, 0.0, 0.0))}
+    reciprocity = claims[CLAIM_RECIPROCITY].evidence
+    assert [p.verdict for p in reciprocity.parts] == ["inconclusive"] * 3 and reciprocity.verdict == "inconclusive"
+
+
+def test_each_claim_says_where_its_bars_came_from():
+    from iclr24.loqa.experiment import (
+        CLAIM_COIN,
+        CLAIM_COMPUTE,
+        CLAIM_RECIPROCITY,
+        PRESETS,
+        QUICK_COIN_REVISION,
+        RECIPROCITY_REVISION,
+        Config,
+    )
+
+    for cfg, coin in ((PRESETS["quick"], ("revised", QUICK_COIN_REVISION)), (PRESETS["paper"], ("spec", "")),
+                      (Config(coin_iterations=1000), ("spec", ""))):
+        claims = {c.statement: c for c in _claims_on(cfg=cfg)}
+        assert (claims[CLAIM_RECIPROCITY].provenance, claims[CLAIM_RECIPROCITY].revision) == ("revised",
+                                                                                              RECIPROCITY_REVISION)
+        assert (claims[CLAIM_COMPUTE].provenance, claims[CLAIM_COMPUTE].revision) == ("spec", "")
+        assert (claims[CLAIM_COIN].provenance, claims[CLAIM_COIN].revision) == coin
+        assert {c.subject for c in claims.values()} == {"paper"}
+    assert "final policy" in RECIPROCITY_REVISION and "1000 -> 300" in QUICK_COIN_REVISION
 
 
 def test_a_coin_game_that_was_not_played_is_not_run_rather_than_failed():

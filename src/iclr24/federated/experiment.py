@@ -8,9 +8,9 @@ clients and initialisation). Weighted FedAvg's similarity is computed on the cli
 features a client has; the claims rest on it. Beside it, at the claims' signal norm and on the heterogeneous
 settings, the same method runs with the signal patch alone as its features: an oracle that knows where the
 signal is and makes the mixing matrix block-diagonal by construction (the earlier version's features), reported
-as a metric and in the claim's text but not judged. Three signal settings: homogeneous, opposite (half the
-clients see ``-mu``) and orthogonal groups. The signal/noise lens tracks ``max_r <w_{j,r}, j mu>`` and
-``max_r <w_{y_i,r}, xi_i>`` over rounds.
+as a metric, in the claim's text and as the claim judged as first defined (``Claim.original``), never deciding.
+Three signal settings: homogeneous, opposite (half the clients see ``-mu``) and orthogonal groups. The
+signal/noise lens tracks ``max_r <w_{j,r}, j mu>`` and ``max_r <w_{y_i,r}, xi_i>`` over rounds.
 
 Real data (the paper's Tables 1-2 in miniature): scikit-learn's digits split over 10 clients by a Dirichlet
 label skew, a one-hidden-layer MLP, local training vs FedAvg vs weighted FedAvg, each client tested on its
@@ -57,6 +57,11 @@ MARGIN_WEIGHTED_ORTHOGONAL = 0.0
 MARGIN_REAL = 0.0
 #: The Flower simulation must reproduce the in-process loop to float rounding.
 FLOWER_TOLERANCE = 1e-6
+#: The margins above are the spec's pass rules and the first version's (docs/federated.md); the weighted claim's
+#: method was changed with results in view, and is also judged as first defined, with the oracle features.
+WEIGHTED_REVISION = ("weighted FedAvg's similarity computed on the clients' whole inputs instead of the signal patch "
+                     "(an oracle: block-diagonal mixing by construction), after a review of the first results; the "
+                     "margins are unchanged")
 
 CLAIM_FEDAVG = "with homogeneous clients FedAvg reaches near-zero test error where local training keeps a large one"
 CLAIM_SNR = "FedAvg learns the signal faster relative to memorising noise than local training does"
@@ -296,21 +301,37 @@ def _claims(cfg: Config, errors: dict, digits: dict, snr: dict[str, list[float]]
               f"local {avg(digits[(a, 'local')]):.3f}" for a in cfg.digits_alphas[1:] if (a, "local") in digits]
     others_text = f"; not judged, {'; '.join(others)}" if others else ""
     setting = f"|mu|={norm:g}, K={cfg.clients}, n={cfg.n_train}, d={cfg.d}; mean of {len(snr['fedavg'])} seeds"
+
+    def below(a, b, by: float, label: str):
+        """``a``'s test error below ``b``'s by more than ``by``, paired over seeds (``0.0 - by``: a zero margin
+        stays +0, not -0)."""
+        return compare(a, b, better="lower", margin=0.0 - by, label=label)
+
+    def weighted_beats_fedavg(method: str):
+        """The weighted claim judged on ``method``'s errors: weighted FedAvg, or the oracle (its first definition)."""
+        return all_of(below(errors[norm, "opposite", method], err["opposite", "fedavg"], MARGIN_WEIGHTED_OPPOSITE,
+                            f"opposite signals: test error, {LABELS[method]} - FedAvg"),
+                      below(errors[norm, "orthogonal", method], err["orthogonal", "fedavg"],
+                            MARGIN_WEIGHTED_ORTHOGONAL, f"orthogonal groups: test error, {LABELS[method]} - FedAvg"))
+
+    measured_oracle = all((norm, het, ORACLE) in errors for het in ("opposite", "orthogonal"))
     return [
         Claim(CLAIM_FEDAVG,
               paper="main theorems: FedAvg reaches near-zero test error, local training (no communication) a "
                     "large constant one (synthetic experiments at d=1000)",
               measured=f"homogeneous: FedAvg {avg(err['homogeneous', 'fedavg']):.3f} vs local "
                        f"{avg(err['homogeneous', 'local']):.3f} ({setting})",
-              evidence=compare(err["homogeneous", "fedavg"], err["homogeneous", "local"], better="lower",
-                               margin=-MARGIN_FEDAVG_OVER_LOCAL, label="homogeneous test error, FedAvg - local")),
+              evidence=below(err["homogeneous", "fedavg"], err["homogeneous", "local"], MARGIN_FEDAVG_OVER_LOCAL,
+                             "homogeneous test error, FedAvg - local"),
+              provenance="spec"),
         Claim(CLAIM_SNR,
               paper="signal learning max_r<w,mu> grows relative to noise memorisation max_r<w,xi> under FedAvg "
                     "(the effective SNR is raised by averaging K clients' independent noise)",
               measured=f"final signal/noise coefficient ratio: FedAvg {avg(snr['fedavg']):.3f} vs local "
                        f"{avg(snr['local']):.3f} (homogeneous, {setting})",
               evidence=ratio(snr["fedavg"], snr["local"], bar=MIN_SNR_GAIN, unit="seeds",
-                             label="final signal/noise ratio, FedAvg / local")),
+                             label="final signal/noise ratio, FedAvg / local"),
+              provenance="spec"),
         Claim(CLAIM_WEIGHTED,
               paper="weighting the aggregation by the similarity of clients' input features handles "
                     "heterogeneous data (theory and synthetic experiments)",
@@ -318,12 +339,8 @@ def _claims(cfg: Config, errors: dict, digits: dict, snr: dict[str, list[float]]
                        f"{avg(err['opposite', 'fedavg']):.3f}; orthogonal: weighted "
                        f"{avg(err['orthogonal', 'weighted']):.3f} vs FedAvg {avg(err['orthogonal', 'fedavg']):.3f} "
                        f"(similarity of the whole inputs{oracle_text}; {setting})",
-              evidence=all_of(
-                  compare(err["opposite", "weighted"], err["opposite", "fedavg"], better="lower",
-                          margin=-MARGIN_WEIGHTED_OPPOSITE, label="opposite signals: test error, weighted - FedAvg"),
-                  compare(err["orthogonal", "weighted"], err["orthogonal", "fedavg"], better="lower",
-                          margin=-MARGIN_WEIGHTED_ORTHOGONAL,
-                          label="orthogonal groups: test error, weighted - FedAvg"))),
+              evidence=weighted_beats_fedavg("weighted"), provenance="revised", revision=WEIGHTED_REVISION,
+              original=weighted_beats_fedavg(ORACLE) if measured_oracle else None),
         Claim(CLAIM_REAL,
               paper="Tables 1-2 (CIFAR-10 with a Dirichlet split, SVHN, ...): weighted FedAvg best, FedAvg above "
                     "Singleset",
@@ -332,10 +349,9 @@ def _claims(cfg: Config, errors: dict, digits: dict, snr: dict[str, list[float]]
                        f"{avg(real['local']):.3f} (mean of {len(real['local'])} seeds; judged at alpha={alpha:g} only, "
                        f"as declared before the run{others_text})",
               evidence=all_of(
-                  compare(real["weighted"], real["fedavg"], better="lower", margin=-MARGIN_REAL,
-                          label="digits test error, weighted - FedAvg"),
-                  compare(real["fedavg"], real["local"], better="lower", margin=-MARGIN_REAL,
-                          label="digits test error, FedAvg - local"))),
+                  below(real["weighted"], real["fedavg"], MARGIN_REAL, "digits test error, weighted - FedAvg"),
+                  below(real["fedavg"], real["local"], MARGIN_REAL, "digits test error, FedAvg - local")),
+              provenance="spec"),
     ]
 
 

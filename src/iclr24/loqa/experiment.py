@@ -7,7 +7,8 @@ critic; two LOLA-DiCE agents train on the same budget of environment steps. The 
 seed train together as one batched computation (:mod:`iclr24.loqa.batched`), each with its own random streams.
 
 Every claim is judged over seeds (one replicate per seed) by :mod:`iclr24.core.evidence`, against the bars
-below, which come from the spec and were fixed before the first run.
+below, which come from the spec and were fixed before the first run; what was revised after results were seen
+(which policy claim 1 judges, quick's Coin Game budget) is on the claims, with the reason.
 
 1. Reciprocity: LOQA's final policy cooperates in self-play (mean reward > -1.2 a step) and is not exploited
    by Always-Defect (mean > -2.25 a step), and the naive learner's final self-play shows mutual defection
@@ -56,6 +57,16 @@ NAIVE_BAR = -1.9  # the naive learner's final self-play below it (mutual defecti
 COMPUTE_RATIO_BAR = 1.0  # LOQA's steps to reciprocity over LOLA-DiCE's below 1: any saving ("no effect" = 1)
 COIN_OWN_BAR, COIN_NAIVE_OWN_BAR = 0.8, 0.6  # own-coin fraction in self-play: LOQA above 0.8, naive below 0.6
 GREEDY_BAR = 0.1  # a greedy agent's gain a step over LOQA below it
+#: The reciprocity claim's policy was changed with results in view (docs/loqa.md, "How the criterion changed").
+RECIPROCITY_REVISION = ("judged on LOQA's final policy instead of its policy when it first reached reciprocity, after "
+                        "a review of the first results found that one held nearly by construction (stricter: it then "
+                        "failed), and since the evidence migration without a separate 'reaches it in every seed' "
+                        "condition; the bars are the spec's")
+#: The quick preset's Coin Game updates: cut from 1000 for run time with the verdict in view (fails at both sizes),
+#: so a run at this budget judges the Coin Game claim on a revised budget.
+QUICK_COIN_ITERATIONS = 300
+QUICK_COIN_REVISION = ("quick's Coin Game cut 1000 -> 300 updates for run time, with the verdict in view (fails at "
+                       "both); the bars are the spec's")
 STATES = ("start", "CC", "CD", "DC", "DD")
 
 
@@ -100,7 +111,7 @@ PRESETS = {
                     coin_batch_size=8, coin_seeds=3),
     # 300 Coin Game updates, not 1000: the batched Coin Game is compute-bound (~0.19 s an update for all six
     # learners), and the claim's verdict is the same at both sizes (docs/loqa.md, "Profile and run time").
-    "quick": Config(coin_iterations=300),
+    "quick": Config(coin_iterations=QUICK_COIN_ITERATIONS),
     "paper": Config(seeds=5, iterations=20000, coin_iterations=3000, coin_seeds=5),
 }
 
@@ -254,17 +265,26 @@ def _claims(runs: dict, reach: list, final: list, coin: dict, cfg: Config) -> li
     return [
         Claim(CLAIM_RECIPROCITY,
               paper="reciprocity-based cooperation (tit-for-tat-like in the IPD) from self-play with opponent shaping",
-              measured=measured, evidence=reciprocity),
+              measured=measured, evidence=reciprocity, provenance="revised", revision=RECIPROCITY_REVISION),
         Claim(CLAIM_COMPUTE,
               paper="Coin Game fully trained in 2 h on an A100 vs 8 h for POLA (LOLA's successor)",
               measured=f"environment steps (seconds) to reciprocity: LOQA {show('LOQA')}; LOLA-DiCE "
                        f"{show('LOLA-DiCE')} (budget {cfg.env_steps / 1e6:.1f}M each; never counts as the budget)",
               evidence=ratio(censored["LOQA"], censored["LOLA-DiCE"], bar=COMPUTE_RATIO_BAR, better="lower",
-                             unit="seeds", label="environment steps to reciprocity, LOQA / LOLA-DiCE")),
+                             unit="seeds", label="environment steps to reciprocity, LOQA / LOLA-DiCE"),
+              provenance="spec"),
         Claim(CLAIM_COIN, paper="own-coin pickups and retaliation in self-play (Coin Game, 3x3; GRU agents, batch "
                                 "8192, 15 min on an A100)",
-              measured=_coin_measured(coin, cfg), evidence=_coin_evidence(coin)),
+              measured=_coin_measured(coin, cfg), evidence=_coin_evidence(coin), **_coin_provenance(cfg)),
     ]
+
+
+def _coin_provenance(cfg: Config) -> dict[str, str]:
+    """The Coin Game's bars are the spec's; revised when the run plays quick's :data:`QUICK_COIN_ITERATIONS`, a
+    budget chosen with the verdict in view."""
+    if cfg.coin_iterations == QUICK_COIN_ITERATIONS:
+        return {"provenance": "revised", "revision": QUICK_COIN_REVISION}
+    return {"provenance": "spec"}
 
 
 def _coin_evidence(coin: dict):
