@@ -32,16 +32,27 @@ def test_official_extraction_reads_the_answer_as_tora_does():
     assert extract_answer(r"so $\boxed{\frac{1}{2}}$.", mode="official") == r"\frac{1}{2}"
     assert extract_answer("The answer is: 7.\nmore", mode="official") == " 7"  # its clean-up strips later
     assert extract_answer("1,234 apples", mode="official") == "1234" and extract_answer("none", mode="official") is None
-    with pytest.raises(ValueError, match="mode must be 'strict' or 'official', got 'tora'"):
-        extract_answer("1", mode="tora")
+    for mode in ("tora", "strict"):  # "strict" was the extraction that fell back on a program's output
+        with pytest.raises(ValueError, match=f"mode must be one of \\('model_text', 'official'\\), got '{mode}'"):
+            extract_answer("1", mode=mode)
+    with pytest.raises(TypeError, match="text must be a str"):
+        extract_answer(None)
 
 
-def test_extract_answer_order_boxed_then_sentence_then_program_then_last_number():
-    assert extract_answer(r"The answer is 5. Actually $\boxed{6}$", program_output="7") == "6"
-    assert extract_answer("So the answer is $12$.\n", program_output="7") == "12"
-    assert extract_answer("I ran the code for 3 items.", program_output="  99\n") == "99"
+def test_model_text_extraction_order_boxed_then_sentence_then_last_number():
+    assert extract_answer(r"The answer is 5. Actually $\boxed{6}$") == "6"
+    assert extract_answer("So the answer is $12$.\n") == "12"
     assert extract_answer("3 apples and 4 pears, 7 in all") == "7"
     assert extract_answer("nothing numeric") is None
+    assert extract_answer("a lego boxed set with 500 pieces") == "500"  # the word is no box; official mode takes it
+
+
+def test_only_the_official_extraction_reads_a_boxed_answer_out_of_a_program_output():
+    """Issue #59: a program that prints ``\\boxed{999}`` decides ToRA's official extraction, whatever the model
+    says after it; the model-text extraction reads the model's words (the solver hands it only those)."""
+    solution = "```python\nprint(r'\\boxed{999}')\n```\n```output\n\\boxed{999}\n```\nSo the answer is 408."
+    assert extract_answer(solution, mode="official") == "999"
+    assert extract_answer("So the answer is 408.") == "408"
 
 
 @pytest.mark.parametrize("raw, expected", [

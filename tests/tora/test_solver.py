@@ -50,12 +50,65 @@ def test_error_feedback_is_the_last_traceback_line():
     assert t.answer == "6"
 
 
-def test_rounds_exhausted_appends_the_limit_note_and_answers_from_the_last_output():
-    llm = scripted(*[program(f"print({i})") for i in range(3)])
-    t = ToRASolver(llm, max_tool_rounds=2).solve("Loop forever?")
-    assert len(llm.calls) == 2 and len(t.programs) == 2
-    assert t.finish == "max_rounds" and t.solution.endswith(LIMIT_NOTE)
-    assert t.answer == "1"  # no stated answer: the last program's output
+def test_rounds_exhausted_appends_the_limit_note_and_states_no_answer_of_the_models_own():
+    for extraction, answer in (("model_text", None), ("official", "1")):
+        llm = scripted(*[program(f"print({i})") for i in range(3)])
+        t = ToRASolver(llm, max_tool_rounds=2, extraction=extraction).solve("Loop forever?")
+        assert len(llm.calls) == 2 and len(t.programs) == 2
+        assert t.finish == "max_rounds" and t.solution.endswith(LIMIT_NOTE) and t.final_text == ""
+        assert t.answer == answer and t.extraction == extraction  # official: the last output block decides
+
+
+#: A program whose output holds ``\\boxed{999}``; its code does not (a boxed answer in a round's text ends the loop).
+BOXED_BY_A_PROGRAM = program("print(chr(92) + 'boxed{999}')")
+
+
+@pytest.mark.parametrize("conclusion, model_text", [
+    ("So the answer is 408.", "408"),  # the model states its own answer
+    ("So that is what it prints.", None),  # the model states none
+    (r"It is $\boxed{408}$.", "408"),
+])
+def test_a_program_printing_a_boxed_answer_decides_only_in_official_extraction(conclusion, model_text):
+    """Issue #59: what a program prints never becomes the graded answer in model-text mode (the reproduction's);
+    in official mode it does, as in ToRA's code, which reads the word "boxed" anywhere in the solution first."""
+    for extraction, expected in (("model_text", model_text), ("official", "999" if "boxed" not in conclusion
+                                                                          else "408")):
+        t = ToRASolver(scripted(BOXED_BY_A_PROGRAM, conclusion), extraction=extraction).solve("What is 12 * 34?")
+        assert t.outputs[0].ok and t.outputs[0].text == r"\boxed{999}"  # it ran in the sandbox and printed that
+        assert t.final_text == conclusion and t.answer == expected
+        assert t.is_correct("999") is (expected == "999") and t.to_dict()["extraction"] == extraction
+
+
+def test_a_program_breaking_out_of_its_output_block_cannot_answer_in_model_text_mode():
+    """Text-level parsing could be fooled by a program that prints the closing fence and then a box; the
+    model-text answer comes from the rounds the model wrote, not from splitting the solution."""
+    escape = program("print(chr(96) * 3)\nprint(chr(92) + 'boxed{999}')")  # the fence, then the box
+    t = ToRASolver(scripted(escape, "So the total is 408.")).solve("What is 12 * 34?")
+    assert "```\n\\boxed{999}\n```" in t.solution and t.answer == "408"
+    assert ToRASolver(scripted()).read_answer(t, "official") == "999"  # ToRA's own extraction is fooled
+
+
+def test_an_unknown_extraction_is_refused():
+    with pytest.raises(ValueError, match="extraction must be one of"):
+        ToRASolver(scripted("1"), extraction="strict")
+    t = ToRASolver(scripted("1")).solve("?")
+    with pytest.raises(ValueError, match="extraction must be one of"):
+        ToRASolver(scripted("1")).read_answer(t, "lenient")
+    with pytest.raises(ValueError, match="extraction must be one of"):
+        PALSolver(scripted("1")).read_answer(t, "lenient")
+
+
+def test_a_program_with_a_lone_surrogate_is_a_failed_run_fed_back_to_the_model():
+    """Issue #59: such a program cannot be written as UTF-8, so the sandbox refuses it (a ValueError); the
+    solver reports it to the model as a program error, as ToRA's code does (Python's own message), and goes on."""
+    llm = scripted(program("print('\ud800')"), program("print(12 * 34)"), r"So it is $\boxed{408}$.")
+    t = ToRASolver(llm).solve("What is 12 * 34?")
+    error = "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800' in position 7: surrogates not allowed"
+    assert [o.ok for o in t.outputs] == [False, True] and t.outputs[0].text == error
+    assert f"```output\n{error}\n```" in llm.calls[1]["prompt"]  # fed back as any program error is
+    assert t.answer == "408" and t.finish == "answer"
+    pal = PALSolver(scripted(program("print('\ud800')"))).solve("?")
+    assert not pal.outputs[0].ok and pal.answer is None and pal.finish == "answer"
 
 
 def test_a_boxed_answer_ends_the_trajectory_without_running_its_program():
@@ -117,8 +170,12 @@ def test_extract_program_takes_the_last_closed_block():
 
 
 def test_pal_answers_with_its_programs_output_and_cot_never_runs_code():
-    pal = PALSolver(scripted("```python\nprint(6 * 7)\n```\n")).solve("?")
-    assert pal.answer == "42" and pal.finish == "answer" and LIMIT_NOTE not in pal.solution
+    for extraction in ("model_text", "official"):  # PAL's answer is what its program prints, in either mode
+        pal = PALSolver(scripted("The answer is 5.\n```python\nprint(6 * 7)\n```\n"), extraction=extraction)
+        t = pal.solve("?")
+        assert t.answer == "42" and t.finish == "answer" and LIMIT_NOTE not in t.solution
+    failed = PALSolver(scripted("```python\nx = 6 * 7\nprint(y)\n```\n")).solve("?")
+    assert not failed.outputs[0].ok and failed.answer is None  # not 7, the last number in its code
 
     def refuse(code):
         raise AssertionError("chain of thought must not run programs")

@@ -12,7 +12,7 @@ https://arxiv.org/abs/2309.17452
     accuracy = sum(t.is_correct(p.answer) for t, p in zip(trajectories, problems)) / len(problems)
 """
 
-from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent, normalize_answer, to_number
+from iclr24.tora.answers import EXTRACTION_MODES, extract_answer, find_boxed, is_equivalent, normalize_answer, to_number
 from iclr24.tora.data import Problem, gsm_problems, load_champ, load_gsm8k, load_jsonl, load_math
 from iclr24.tora.executor import Executor, SandboxExecutor, ToolOutput, extract_program, truncate_output
 from iclr24.tora.prompts import EXAMPLES, WorkedExample, build_messages, build_prompt, tora_model_prompt
@@ -30,6 +30,7 @@ from iclr24.tora.solver import (
 
 __all__ = [
     "EXAMPLES",
+    "EXTRACTION_MODES",
     "CoTSolver",
     "DirectSolver",
     "Executor",

@@ -1,11 +1,13 @@
 """Reading a final answer out of a solution, normalising it, and grading it against a reference.
 
-The order of extraction follows ToRA's evaluation: a brace-matched ``\\boxed{...}``, then
-"the answer is ...", then the last program output, then the last number in the text. Grading
-compares normalised strings, then numbers (with a relative tolerance, and 50% = 0.5), then
-tuples element by element, then symbolic equality through sympy.
+Two extractions (issue #59). ``mode="model_text"`` (the default, the reproduction's) reads only text the
+model wrote: a brace-matched ``\\boxed{...}``, then "the answer is ...", then the last number. ``mode="official"``
+reads a whole solution as ToRA's evaluation does, program outputs included, so a program that prints
+``\\boxed{999}`` decides the answer there, as it does in the official code. Grading compares normalised strings,
+then numbers (with a relative tolerance, and 50% = 0.5), then tuples element by element, then symbolic equality
+through sympy.
 
-Two graders: ``mode="strict"`` (the default, written for this library) and ``mode="official"``,
+Two graders (:func:`is_equivalent`): ``mode="strict"`` (the default, written for this library) and ``mode="official"``,
 which reproduces the verdicts of ToRA's own grader (:mod:`iclr24.tora.official_grading`) so a
 score can be set beside a published one like for like. The official grader is more lenient: a
 number matches 100x or 1/100x of itself without a percent sign, symbolic values match within a
@@ -29,7 +31,8 @@ from fractions import Fraction
 
 from iclr24.core.checks import check_number
 
-__all__ = ["extract_answer", "find_boxed", "is_equivalent", "latex_to_sympy", "normalize_answer", "to_number"]
+__all__ = ["EXTRACTION_MODES", "extract_answer", "find_boxed", "is_equivalent", "latex_to_sympy", "normalize_answer",
+           "to_number"]
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 
@@ -57,26 +60,32 @@ def find_boxed(text: str) -> str | None:
     return None  # unbalanced: the model stopped mid-answer
 
 
-def extract_answer(text: str, *, program_output: str | None = None, mode: str = "strict") -> str | None:
-    """The final answer a solution states, or None when it states none.
+#: How a final answer is read: from the model's own text only, or as ToRA's evaluation reads a whole solution.
+EXTRACTION_MODES = ("model_text", "official")
+
+
+def extract_answer(text: str, *, mode: str = "model_text") -> str | None:
+    """The final answer a text states, or None when it states none.
 
     Parameters
     ----------
     text : str
-        What the model wrote (tool outputs included).
-    program_output : str, optional
-        The last program's output; used when the text states no answer of its own.
-    mode : {"strict", "official"}
-        ``"official"`` reads the answer as ToRA's evaluation does (``extract_answer`` in its
-        ``src/utils/parser.py``), for :func:`is_equivalent`'s official mode: the word ``boxed`` anywhere (also
-        unescaped, as in a question's "a boxed set with 500 pieces"), then "he answer is", then the last
-        ```` ```output ```` block in ``text`` (error messages included; ``program_output`` is not used), then the
-        last number; its first line, without a leading ``:`` or a trailing ``.`` or ``/``.
+        ``"model_text"``: text the model wrote, and nothing a program printed (a trajectory's
+        :attr:`~iclr24.tora.solver.Trajectory.final_text`); ``"official"``: a whole solution, output blocks included.
+    mode : {"model_text", "official"}
+        ``"model_text"`` takes the last brace-matched ``\\boxed{...}`` (or ``\\fbox``), then the last "the answer
+        is ...", then the last number. ``"official"`` reads the answer as ToRA's evaluation does (``extract_answer``
+        in its ``src/utils/parser.py``), for :func:`is_equivalent`'s official mode: the word ``boxed`` anywhere (also
+        unescaped, as in a question's "a boxed set with 500 pieces", and also inside a program's output), then "he
+        answer is", then the last ```` ```output ```` block (error messages included), then the last number; its
+        first line, without a leading ``:`` or a trailing ``.`` or ``/``.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     if mode == "official":
         return _official_extract(text)
-    if mode != "strict":
-        raise ValueError(f"mode must be 'strict' or 'official', got {mode!r}")
+    if mode != "model_text":
+        raise ValueError(f"mode must be one of {EXTRACTION_MODES}, got {mode!r}")
     boxed = find_boxed(text)
     if boxed:
         return boxed
@@ -86,8 +95,6 @@ def extract_answer(text: str, *, program_output: str | None = None, mode: str = 
         answer = re.sub(r"\.\s*$|\.\s+.*$", "", answer).strip().strip("$").strip()
         if answer:
             return answer
-    if program_output is not None and program_output.strip():
-        return program_output.strip()
     numbers = _NUMBER.findall(text)
     return numbers[-1] if numbers else None
 

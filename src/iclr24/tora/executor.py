@@ -6,7 +6,9 @@ inference code sends (``feedback="official"``): everything the program printed, 
 to its first and last 200 characters when longer than 400; ``Done`` when it printed nothing; on
 an error only the last line of the traceback (``NameError: name 'x' is not defined``), and
 ``Timeout Error`` past the time limit. ``feedback="last_line"`` sends only the last line printed,
-cut to 50 + 50 characters: a shorter prompt for a small model.
+cut to 50 + 50 characters: a shorter prompt for a small model. A program that cannot be written as UTF-8 (a
+lone surrogate, which a served model's JSON can carry) is a failed run like any other, its error line
+``UnicodeEncodeError: ... surrogates not allowed`` as Python gives it.
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ class SandboxExecutor:
     def __call__(self, program: str) -> ToolOutput:
         from iclr24.sandbox import run_python
 
+        try:
+            program.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate: no file can hold the program, so it never runs
+            # a failed run (issue #59), reported as Python reports it when ToRA's code exec-s such a program
+            return self._feedback(f"UnicodeEncodeError: {err}", ok=False)
         result = run_python(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_output_bytes=20_000)
         if result.timed_out:
             text, ok = "Timeout Error", False
@@ -98,8 +105,12 @@ class SandboxExecutor:
             text, ok = result.stdout.strip() or "Done", True
         else:
             text, ok = _last_line(result.stdout), True
-        return ToolOutput(truncate_output(text, self.max_chars, self.max_chars // 2), ok, result.timed_out,
-                          result.duration, result.isolation)
+        return self._feedback(text, ok=ok, timed_out=result.timed_out, duration_s=result.duration,
+                              isolation=result.isolation)
+
+    def _feedback(self, text: str, **run) -> ToolOutput:
+        """What the model reads back: ``text`` cut to ``max_chars``, with the run's account."""
+        return ToolOutput(truncate_output(text, self.max_chars, self.max_chars // 2), **run)
 
     def __repr__(self) -> str:
         return (f"SandboxExecutor(timeout_s={self.timeout_s:g}, memory_mb={self.memory_mb}, "

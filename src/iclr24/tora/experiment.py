@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
 from iclr24.core.io import write_text_atomic  # noqa: E402
+from iclr24.tora.answers import is_equivalent  # noqa: E402
 from iclr24.tora.data import gsm_problems, load_champ, load_gsm8k, load_math  # noqa: E402
 from iclr24.tora.executor import SandboxExecutor  # noqa: E402
 from iclr24.tora.shaping import shape_outputs  # noqa: E402
@@ -56,6 +57,9 @@ PAPER_TABLE = [
 CLAIM_MARGIN = "tool-integrated reasoning beats the best rationale-only baseline by a wide margin"
 CLAIM_PAL = "interleaving rationale with program execution beats a single program (PAL)"
 CLAIM_SHAPING = "correcting invalid trajectories from their prefixes adds valid training trajectories"
+#: The claims' answers come from what the model wrote after its last program output, never from what a program
+#: printed (issue #59; ``"official"`` reads whole solutions as ToRA's evaluation does: docs/tora.md).
+EXTRACTION = "model_text"
 CHECK_COVERAGE = "the shaped corpus covers every question a valid sampled trajectory covers"
 
 # Thresholds, with their provenance (docs/tora.md, "Evidence, second pass").
@@ -145,12 +149,15 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     sets = {name: value for name, value in sets.items() if value[0]}
 
     accuracy, tokens, records, timings, tool_stats, isolations = {}, {}, [], {}, {}, set()
+    official_accuracy = {}  # (set, method) -> accuracy under ToRA's own extraction and grader
     outcomes = {}  # (set, method) -> one 0/1 per problem, in the problems' order (the claims' replicates)
     chunks = sum(math.ceil(len(problems) / CHUNK) for problems, _ in sets.values()) * len(METHODS)
     with ctx.progress("solving", total=chunks) as bar:
         for set_name, (problems, prompt) in sets.items():
             for method, solver_class in METHODS.items():
-                kwargs = {} if method == "direct" else {"max_tokens": cfg.max_tokens}
+                kwargs = {"extraction": EXTRACTION}
+                if method != "direct":
+                    kwargs["max_tokens"] = cfg.max_tokens
                 if method == "tora":
                     kwargs["max_tool_rounds"] = cfg.max_tool_rounds
                 if method in ("pal", "tora"):
@@ -165,10 +172,14 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                 correct = [t.is_correct(p.answer) for t, p in zip(trajectories, problems)]
                 outcomes[set_name, method] = [float(ok) for ok in correct]
                 accuracy[set_name, method] = sum(correct) / len(problems)
+                # like for like with ToRA's evaluation (its extraction and grader); reported, no claim reads it
+                official_accuracy[set_name, method] = statistics.mean(
+                    is_equivalent(solver.read_answer(t, "official"), p.answer, mode="official")
+                    for t, p in zip(trajectories, problems))
                 tokens[set_name, method] = statistics.mean(t.completion_tokens for t in trajectories)
                 if method in ("pal", "tora"):
                     outputs = [o for t in trajectories for o in t.outputs]
-                    isolations.update(o.isolation for o in outputs)
+                    isolations.update(o.isolation for o in outputs if o.isolation)  # "": never ran
                     tool_stats[set_name, method] = {
                         "programs_per_problem": len(outputs) / len(problems),
                         "program_error_rate": sum(not o.ok for o in outputs) / max(1, len(outputs)),
@@ -183,7 +194,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     if cfg.shaping_questions:
         train = gsm_problems(cfg.shaping_questions, seed=ctx.seed + 1, digits=cfg.digits, steps=(1,))
         policy = ToRASolver(llm, max_tokens=cfg.max_tokens, max_tool_rounds=cfg.max_tool_rounds,
-                            executor=SandboxExecutor(feedback=cfg.feedback))
+                            executor=SandboxExecutor(feedback=cfg.feedback), extraction=EXTRACTION)
         start = time.perf_counter()
         shaping = shape_outputs(train, policy, teacher=policy, n_samples=cfg.shaping_samples,
                                 temperature=cfg.shaping_temperature, seed=ctx.seed,
@@ -194,6 +205,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                 f"{shaping.questions_covered}/{len(train)} questions")
 
     metrics = {f"{s}_{m}_accuracy": a for (s, m), a in accuracy.items()}
+    metrics.update({f"{s}_{m}_accuracy_official": a for (s, m), a in official_accuracy.items()})
     metrics.update({f"{s}_{m}_tokens": t for (s, m), t in tokens.items()})
     metrics.update({f"{s}_{m}_{k}": v for (s, m), stats in tool_stats.items() for k, v in stats.items()})
     coverage = _shaping_coverage(train, shaping)
@@ -206,8 +218,9 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     rows = [{"problems": s, "n": len(sets[s][0]), **{LABELS[m]: accuracy[s, m] for m in METHODS}} for s in sets]
     notes = (f"Model: {llm.name}, greedy, {cfg.max_tokens} new tokens a round, ToRA up to {cfg.max_tool_rounds} "
              f"tool rounds, programs in iclr24.sandbox (5 s; isolation: {', '.join(sorted(isolations)) or 'none ran'};"
-             f" feedback: {cfg.feedback}). Graded by the strict grader (ToRA's own grader agrees on every problem "
-             f"here: integer answers)."
+             f" feedback: {cfg.feedback}). Answers read from the model's own text after its last program output "
+             f"(PAL: its program's output), never from what a program printed, and graded by the strict grader; "
+             f"the *_accuracy_official metrics read and grade as ToRA's evaluation does, program outputs included."
              f" Problems: seeded synthetic GSM-style word problems, "
              f"{cfg.digits}-digit numbers. The paper's models are 7B-70B and fine-tuned on ToRA-Corpus; ours is "
              f"prompted with four worked examples. With the embedded model, ToRA and PAL tied on seeds 1 and 2: "

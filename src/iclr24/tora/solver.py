@@ -7,7 +7,10 @@ A trajectory interleaves rationale r_i, program a_i and program output o_i:
 Each round the model continues the prompt plus the trajectory so far until it either states
 an answer (``\\boxed{}``), or closes a program, which is run and whose output is appended in
 a ```` ```output ```` block before the next round. After ``max_tool_rounds`` rounds the loop
-stops with "Reach max function call limit.". The baselines share the class and the API:
+stops with "Reach max function call limit.". The graded answer is read from what the model wrote after
+its last program output (``extraction="model_text"``), never from what a program printed;
+``extraction="official"`` reads the whole solution as ToRA's evaluation does. The baselines share the class and
+the API:
 :class:`PALSolver` (one program, its output is the answer), :class:`CoTSolver` (rationale
 only) and :class:`DirectSolver` (the answer alone).
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 
 from iclr24.core.checks import check_int
 from iclr24.llm.base import format_chat, generate_batch
-from iclr24.tora.answers import extract_answer, find_boxed, is_equivalent
+from iclr24.tora.answers import EXTRACTION_MODES, extract_answer, find_boxed, is_equivalent
 from iclr24.tora.executor import Executor, SandboxExecutor, ToolOutput, extract_program
 from iclr24.tora.prompts import WorkedExample, build_messages, build_prompt, output_block
 
@@ -58,6 +61,7 @@ class Trajectory:
 
     ``finish`` is ``"answer"`` (an answer was stated or no program was written), ``"length"``
     (the token limit cut a round short) or ``"max_rounds"`` (the tool-call limit was reached).
+    ``extraction`` is how ``answer`` was read (:data:`~iclr24.tora.answers.EXTRACTION_MODES`).
     """
 
     question: str
@@ -66,6 +70,16 @@ class Trajectory:
     solution: str = ""
     answer: str | None = None
     finish: str = "answer"
+    extraction: str = "model_text"
+
+    @property
+    def final_text(self) -> str:
+        """What the model wrote after its last program output: the last round's text when that round ran no
+        program, else ``""`` (a trajectory that ended on a program run, at the tool-call limit, states nothing
+        after it; the limit note is not the model's)."""
+        if not self.rounds or self.rounds[-1].output is not None:
+            return ""
+        return self.rounds[-1].text
 
     @property
     def programs(self) -> list[str]:
@@ -85,7 +99,7 @@ class Trajectory:
 
     def to_dict(self) -> dict:
         return {"question": self.question, "method": self.method, "answer": self.answer, "finish": self.finish,
-                "solution": self.solution, "completion_tokens": self.completion_tokens,
+                "extraction": self.extraction, "solution": self.solution, "completion_tokens": self.completion_tokens,
                 "rounds": [{"text": r.text, "program": r.program, "finish_reason": r.finish_reason,
                             "output": None if r.output is None else r.output.text,
                             "output_ok": None if r.output is None else r.output.ok,
@@ -117,6 +131,11 @@ class ToRASolver:
             takes it (None, the default). A local model renders its template and continues the text; a
             chat server (``capabilities.chat_template`` without ``format_chat``, e.g. the openai backend)
             gets messages, each program's output coming back as a user turn.
+        extraction: how the graded answer is read. ``"model_text"`` (the default): from what the model wrote
+            after its last program output (:attr:`Trajectory.final_text`), never from what a program printed.
+            ``"official"``: from the whole solution as ToRA's evaluation reads it, so a program's output decides
+            when the model states no answer of its own, and a program printing ``\\boxed{999}`` decides even
+            then (issue #59).
 
     Example:
         >>> from iclr24.llm import get_model
@@ -136,7 +155,7 @@ class ToRASolver:
 
     def __init__(self, llm, *, prompt: PromptSpec = "gsm", max_tool_rounds: int | None = None,
                  max_tokens: int = 512, executor: Executor | None = None, stop: Sequence[str] | None = None,
-                 chat: bool | None = None) -> None:
+                 chat: bool | None = None, extraction: str = "model_text") -> None:
         if not callable(getattr(llm, "generate", None)):
             raise TypeError(f"llm must be a LanguageModel with a generate method, got {type(llm).__name__}")
         rounds = self.default_rounds if max_tool_rounds is None else max_tool_rounds
@@ -146,6 +165,9 @@ class ToRASolver:
             raise TypeError(f"prompt must be 'gsm', 'math', a tuple of WorkedExample or a function, got {prompt!r}")
         if isinstance(prompt, str):
             build_prompt(self.style, prompt, "")  # rejects an unknown example set now, not mid-run
+        if extraction not in EXTRACTION_MODES:
+            raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+        self.extraction = extraction
         self.llm, self.prompt, self.max_tool_rounds, self.max_tokens = llm, prompt, rounds, max_tokens
         self.executor = executor if executor is not None else SandboxExecutor()
         self.stop = tuple(self.default_stop if stop is None else stop)
@@ -227,10 +249,17 @@ class ToRASolver:
             trajectories[i].finish = self.exhausted_finish
             trajectories[i].solution += self.limit_note
         for t in trajectories:
-            last_output = t.outputs[-1] if t.outputs else None  # an error message is no answer
-            t.answer = extract_answer(t.solution, program_output=last_output.text if last_output and last_output.ok
-                                      else None)
+            t.answer, t.extraction = self.read_answer(t), self.extraction
         return trajectories
+
+    def read_answer(self, trajectory: Trajectory, extraction: str | None = None) -> str | None:
+        """The answer ``trajectory`` states, read in ``extraction`` mode (default: this solver's)."""
+        extraction = self.extraction if extraction is None else extraction
+        if extraction not in EXTRACTION_MODES:
+            raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+        if extraction == "official":
+            return extract_answer(trajectory.solution, mode="official")
+        return extract_answer(trajectory.final_text)
 
     def solve_many(self, questions: Sequence[str], *, n_samples: int = 1, temperature: float | None = None,
                    seed: int = 0, vote: str | Callable[[list[str | None]], tuple[str | None, int]] = "majority",
@@ -270,16 +299,29 @@ class ToRASolver:
     def __repr__(self) -> str:
         prompt = self.prompt if isinstance(self.prompt, str) else "custom"
         return (f"{type(self).__name__}(llm={getattr(self.llm, 'name', '?')!r}, prompt={prompt!r}, "
-                f"max_tool_rounds={self.max_tool_rounds}, max_tokens={self.max_tokens})")
+                f"max_tool_rounds={self.max_tool_rounds}, max_tokens={self.max_tokens}, "
+                f"extraction={self.extraction!r})")
 
 
 class PALSolver(ToRASolver):
-    """Program-aided language model (Gao et al., 2023): one program, whose printed output is the answer."""
+    """Program-aided language model (Gao et al., 2023): one program, whose printed output is the answer.
+
+    In either extraction mode the answer is what the program printed (None when it failed or never ran), as
+    ToRA's evaluation of PAL takes what the executed program returns: the program is how PAL states its answer.
+    """
 
     method = style = "pal"
     default_rounds = 1
     limit_note = ""  # the program's output is the answer: running it is how PAL ends
     exhausted_finish = "answer"
+
+    def read_answer(self, trajectory: Trajectory, extraction: str | None = None) -> str | None:
+        if extraction is not None and extraction not in EXTRACTION_MODES:
+            raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+        last = trajectory.outputs[-1] if trajectory.outputs else None
+        if last is None or not last.ok:  # an error message is no answer
+            return None
+        return last.text.strip() or None
 
 
 class CoTSolver(ToRASolver):
