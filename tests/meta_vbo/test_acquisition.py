@@ -88,6 +88,23 @@ def test_vucb_is_a_botorch_acquisition_over_x(target_model):
     assert acq(continuous.x.view(1, 1, 1)).item() >= values.max().item() - 1e-3
 
 
+def test_vucb_refuses_q_above_one_with_a_clear_error(target_model):
+    from botorch.optim import optimize_acqf
+
+    acq = VUCB(target_model, Z, alpha=0.1)
+    message = (r"X must be \(b, q=1, d\): VUCB scores one x per t-batch \(q must be 1\), got X of shape "
+               r"\(4, 2, 1\), q = 2")
+    with pytest.raises(ValueError, match=message):  # BoTorch's own check raised a bare AssertionError
+        acq(torch.rand(4, 2, 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"got X of shape \(3, 1\), q = 3 \(a 2-D X is read as one batch of q = 3"):
+        acq(torch.rand(3, 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"q must be 1\), got X of shape \(\d+, 2, 1\), q = 2"):
+        optimize_acqf(acq, BOX, q=2, num_restarts=2, raw_samples=8)
+    # q = 1 still works, with or without a t-batch dimension
+    one = torch.tensor([[0.3]], dtype=torch.float64)
+    assert torch.allclose(acq(one), acq(one.unsqueeze(0)))
+
+
 def test_vucb_queries_the_upper_bound_maximiser_and_its_lacing_value(target_model):
     acq = VUCB(target_model, Z, alpha=0.1)
     query = acq.next_query(candidates=GRID)

@@ -135,3 +135,29 @@ def test_zero_probability_values_are_never_the_risk_nor_queried():
     assert value_at_risk(torch.tensor([1.0, 2.0, 9.0]), 1.0, [0.5, 0.5 - 5e-7, 0.0]).item() == 2.0
     lacing = lacing_values(values - 1, values + 300, 0.5, weights)
     assert not lacing[0] and lacing.any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("alpha", [1e-46, 5e-324, 1e-300, 1e-12])
+def test_conditional_value_at_risk_at_tiny_alpha_is_the_smallest_value(dtype, alpha):
+    # alpha is in the accepted range (0, 1]: the tail is the smallest value alone. Below ~7e-46 the tail's mass
+    # is zero in float32 (and below ~6e-8 in float16), and the former 0 / alpha in the values' dtype was NaN.
+    values = torch.randn(3, 10, generator=torch.Generator().manual_seed(0)).to(dtype).requires_grad_(True)
+    cvar = conditional_value_at_risk(values, alpha)
+    assert cvar.dtype == dtype and torch.equal(cvar, values.detach().min(-1).values)
+    cvar.sum().backward()
+    assert torch.equal(values.grad, (values.detach() == values.detach().min(-1, keepdim=True).values).to(dtype))
+    # with weights, a leading zero-probability value is skipped and the next one is the whole tail
+    weights = torch.tensor([0.0, 0.25, 0.75], dtype=torch.float64)
+    three = torch.tensor([-9.0, 2.0, 1.0], dtype=dtype)
+    assert conditional_value_at_risk(three, alpha, weights).item() == 1.0
+    assert conditional_value_at_risk(three, alpha, weights[[0, 2, 1]]).item() == 1.0
+    assert risk_measure(three, alpha, weights, measure="cvar").item() == 1.0
+
+
+def test_conditional_value_at_risk_in_float32_matches_float64():
+    values = torch.randn(50, 20, generator=torch.Generator().manual_seed(1))
+    for alpha in (1e-46, 0.05, 0.13, 0.5, 1.0):
+        low = conditional_value_at_risk(values, alpha)
+        assert low.dtype == torch.float32
+        assert torch.equal(low, conditional_value_at_risk(values.double(), alpha).float())

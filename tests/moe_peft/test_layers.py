@@ -56,6 +56,17 @@ def test_keep_top_k_keeps_the_largest_and_renormalises():
     assert keep_top_k(p, 4) is p
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_keep_top_k_refuses_non_finite_probabilities(bad):
+    p = torch.tensor([[0.1, 0.5, 0.15, 0.25], [0.2, 0.3, bad, 0.5]])
+    message = (r"probs must be finite probabilities \(\*, num_experts\), got 1 non-finite entries, "
+               rf"the first {bad} at index \(1, 2\)")
+    for k in (1, 2, 4):  # k >= num_experts too: NaN is refused, not passed through
+        with pytest.raises(ValueError, match=message):
+            keep_top_k(p, k)
+    torch.testing.assert_close(keep_top_k(p[:1], 2), torch.tensor([[0.0, 0.5 / 0.75, 0.0, 0.25 / 0.75]]))
+
+
 def test_load_balancing_loss_known_values():
     uniform = torch.full((10, 4), 0.25)
     assert float(load_balancing_loss(uniform)) == pytest.approx(1.0)

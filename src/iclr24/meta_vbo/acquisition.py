@@ -455,9 +455,23 @@ class VUCB(AcquisitionFunction):
             raise ValueError(f"z_selection must be one of {Z_SELECTIONS}, got {z_selection!r}")
         self.measure, self.z_selection = measure, z_selection
 
-    @t_batch_mode_transform(expected_q=1)
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """``X`` of shape (b, 1, d) -> rho(u(x, Z)) of shape (b,)."""
+        """``X`` of shape (b, 1, d) -> rho(u(x, Z)) of shape (b,).
+
+        One x per t-batch (``q = 1``): V-UCB scores a single point, and a joint value of q > 1 points (which
+        ``optimize_acqf(..., q=2)`` asks for) is not defined by it; query points one at a time (:meth:`next_query`,
+        or ``optimize_acqf`` with ``q=1``), or score many candidates as a batch of shape (b, 1, d).
+        """
+        if isinstance(X, torch.Tensor) and X.dim() >= 2 and X.shape[-2] != 1:
+            as_q = "" if X.dim() > 2 else f" (a 2-D X is read as one batch of q = {X.shape[-2]} points)"
+            raise ValueError(f"X must be (b, q=1, d): VUCB scores one x per t-batch (q must be 1), got X of shape "
+                             f"{tuple(X.shape)}, q = {X.shape[-2]}{as_q}. V-UCB has no joint value for a batch of "
+                             f"q > 1 points: evaluate candidates as (b, 1, d) (e.g. candidates.unsqueeze(1)), call "
+                             f"optimize_acqf with q=1, or take queries one at a time with next_query")
+        return self._forward(X)
+
+    @t_batch_mode_transform(expected_q=1)
+    def _forward(self, X: torch.Tensor) -> torch.Tensor:
         x = X.squeeze(-2)
         n_z = len(self.z_values)
         pairs = torch.cat([x.unsqueeze(-2).expand(*x.shape[:-1], n_z, x.shape[-1]),

@@ -109,7 +109,11 @@ def conditional_value_at_risk(values: torch.Tensor, alpha: float,
     ordered, cumulative = _sorted(values, _weights(values, weights))
     previous = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
     mass = (cumulative.clamp(max=alpha) - previous).clamp(min=0.0)
-    return ((ordered * mass.to(ordered.dtype)).sum(-1) / alpha).to(values.dtype)
+    # each value's share of the tail, mass / alpha (summing to 1), in float64 as the cumulative weights are: the
+    # tail's mass itself can be below the values' dtype (float32 flushes alpha < ~7e-46 to zero, and 0 / alpha
+    # rounded to float32 was 0 / 0 = NaN), its share never is. The weighted sum is float64 too, then cast back.
+    share = mass / alpha
+    return (ordered.to(torch.float64) * share).sum(-1).to(values.dtype)
 
 
 def risk_measure(values: torch.Tensor, alpha: float, weights: torch.Tensor | None = None,

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from iclr24.core import check_int, check_number
-from iclr24.moe_peft.routing import Router, keep_top_k, load_balancing_loss
+from iclr24.moe_peft.routing import Router, _keep_top_k, load_balancing_loss
 
 __all__ = ["MoELinear", "MoLoRALinear", "MoVLinear"]
 
@@ -87,7 +87,7 @@ class MoELinear(nn.Module):
             self.probability_sum += flat.sum(dim=0).to(self.probability_sum.dtype)
             self.top1_count += torch.bincount(flat.argmax(dim=-1), minlength=self.num_experts)
         self.last_probabilities = probs if (self.training and self.keep_probabilities) else None
-        return probs if self.top_k is None else keep_top_k(probs, self.top_k)
+        return probs if self.top_k is None else _keep_top_k(probs, self.top_k)
 
     def balance_loss(self) -> torch.Tensor | None:
         """The load-balancing loss of the last training forward, or None when none was kept."""

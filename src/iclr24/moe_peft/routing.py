@@ -62,6 +62,18 @@ def keep_top_k(probs: torch.Tensor, k: int) -> torch.Tensor:
     """
     check_int("k", k, minimum=1)
     check_tensor("probs", probs, min_ndim=1, dtypes=_FLOATS, finite=False, shape_doc="(*, num_experts)")
+    bad = ~torch.isfinite(probs)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"probs must be finite probabilities (*, num_experts), got {int(bad.sum())} non-finite "
+                         f"entries, the first {float(probs[where])} at index {where} (NaN or inf cannot be ranked "
+                         f"into a top-k nor renormalised)")
+    return _keep_top_k(probs, k)
+
+
+def _keep_top_k(probs: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`keep_top_k` without the checks: the layers' path, which costs no device synchronisation
+    (a non-finite routing there comes from a non-finite activation, which the base layer propagates anyway)."""
     if k >= probs.shape[-1]:
         return probs
     top = probs.topk(k, dim=-1).indices
