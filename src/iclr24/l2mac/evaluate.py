@@ -31,16 +31,30 @@ class FeatureScore:
 
 
 def features_percent(files: Mapping[str, str], task: CodingTask, *, timeout_s: float = 60.0) -> FeatureScore:
-    """Run the task's hidden tests against ``files``: the share that passes (a file that fails to import
-    fails all its tests).
+    """The share of the task's hidden tests that ``files`` pass (the paper's Features %), by differential testing.
 
-    Outcomes come from the sandbox's scoring harness (:func:`iclr24.sandbox.score_pytest`): the real pytest,
-    none of the program's conftest or config, and a report the program cannot write; never its output.
+    Each hidden test is a call script (``task.hidden_cases``): the sandbox runs its steps against the codebase
+    and returns each answer as plain data (:func:`iclr24.sandbox.calls.run_calls`); the expected answers are
+    checked here. The test files and expected values never enter the sandbox, so nothing the codebase does
+    there (a module named like a test, a patched builtin, an object equal to everything) reaches the check.
+    A codebase that cannot be written (a lone surrogate, a name too long) passes nothing.
     """
-    from iclr24.sandbox import score_pytest
+    from iclr24.sandbox.calls import run_calls
 
-    report = score_pytest(files, task.hidden_tests, timeout_s=timeout_s)
-    return FeatureScore(report.passed, report.total, report.result.isolation, report.rejected)
+    cases = [(f"{file}::{test}", steps) for file, tests in task.hidden_cases.items() for test, steps in tests.items()]
+    if not cases:
+        raise ValueError(f"task {task.name!r} has no hidden cases to score against")
+    script = [step for _, steps in cases for step, _ in steps]
+    try:
+        report = run_calls(script, files=files, timeout_s=timeout_s)
+    except (TypeError, ValueError) as err:
+        return FeatureScore(0, len(cases), "", f"the codebase cannot be run: {err}")
+    answers = iter(report.outcomes)
+    passed = 0
+    for _, steps in cases:
+        met = [expect.met_by(next(answers)) for _, expect in steps]
+        passed += all(met)
+    return FeatureScore(passed, len(cases), report.result.isolation, report.rejected)
 
 
 def load_humaneval(limit: int | None = None) -> list[dict]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from iclr24.sandbox.calls import Call, Expect, Get, Let, Ref
+
 __all__ = ["BOOKSHOP", "CodingTask", "Function", "Module", "ONE_STEP_TASKS"]
 
 
@@ -42,10 +44,15 @@ class Module:
 
 @dataclass(frozen=True)
 class CodingTask:
+    """A coding task: its spec, the reference modules (for the simulated coder) and the hidden tests, both as
+    pytest files (``hidden_tests``, for reading) and as call scripts (``hidden_cases``: file -> test -> steps,
+    each step a (Call/Get/Let, Expect) pair), which is how a codebase is scored."""
+
     name: str
     spec: str
     modules: tuple[Module, ...] = ()
     hidden_tests: dict[str, str] = field(default_factory=dict)
+    hidden_cases: dict[str, dict[str, tuple]] = field(default_factory=dict)
 
     @property
     def functions(self) -> list[Function]:
@@ -578,6 +585,150 @@ def test_average_order_value():
 ''',
 }
 
+
+# --- the hidden tests as call scripts ---------------------------------------------------------------------------
+# The same checks as the pytest files above, as steps the sandbox runs against a generated codebase and answers the
+# trusted process compares (iclr24.sandbox.calls): the test files and their expected values never enter the
+# sandbox. A case passes when every step gives what it expects.
+
+def _eq(target, *args, expect, **kwargs):
+    return Call(target, args, kwargs), Expect.equal(expect)
+
+
+def _true(target, *args, truth=True, **kwargs):
+    return Call(target, args, kwargs), Expect.truth(truth)
+
+
+def _raises(target, *args, error="ValueError", **kwargs):
+    return Call(target, args, kwargs), Expect.raises(error)
+
+
+def _let(name, value):
+    return Let(name, value), Expect.ok()
+
+
+def _get(name, *keys, expect):
+    return Get(name, keys), Expect.equal(expect)
+
+
+_SHOP = {"a": {"price": 5.0}, "b": {"price": 1.5}}
+_ORDERS = {1: {"lines": {"a": 2, "b": 1}, "total": 10.0, "status": "placed"},
+           2: {"lines": {"b": 5}, "total": 5.0, "status": "placed"},
+           3: {"lines": {"c": 50}, "total": 99.0, "status": "cancelled"}}
+_BO = {"bo@x.io": {"name": "Bo", "points": 0}}
+
+_CASES: dict[str, dict[str, tuple]] = {
+    "test_hidden_catalog.py": {
+        "test_add_book_stores_the_fields": (
+            _let("book", {}), _eq("catalog.add_book", Ref("book"), "x", "T", "A", 0, expect={"x": {
+                "title": "T", "author": "A", "price": 0}}),),
+        "test_add_book_refuses_a_duplicate_and_a_negative_price": (
+            _raises("catalog.add_book", {"x": {}}, "x", "T", "A", 1),
+            _raises("catalog.add_book", {}, "y", "T", "A", -0.01)),
+        "test_find_by_author_ignores_case_and_sorts": (
+            _eq("catalog.find_by_author", {"b": {"author": "Ann"}, "a": {"author": "ANN"}, "c": {"author": "Bo"}},
+                "ann", expect=["a", "b"]),
+            _eq("catalog.find_by_author", {"b": {"author": "Ann"}}, "nobody", expect=[])),
+        "test_price_of": (
+            _eq("catalog.price_of", {"k": {"price": 12.25}}, "k", expect=12.25),
+            _raises("catalog.price_of", {"k": {"price": 1}}, "z", error="KeyError")),
+    },
+    "test_hidden_cart.py": {
+        "test_add_to_cart_accumulates": (
+            _eq("cart.add_to_cart", {"a": 1}, "a", 4, expect={"a": 5}),
+            _eq("cart.add_to_cart", {}, "b", expect={"b": 1})),
+        "test_add_to_cart_refuses_bad_quantities": tuple(
+            _raises("cart.add_to_cart", {}, "a", bad) for bad in (0, -2, 1.5)),
+        "test_remove_from_cart": (
+            _eq("cart.remove_from_cart", {"a": 5}, "a", 2, expect={"a": 3}),
+            _eq("cart.remove_from_cart", {"a": 2}, "a", 2, expect={}),
+            _eq("cart.remove_from_cart", {"a": 1}, "a", 5, expect={})),
+        "test_cart_total_multiplies_by_quantity": (
+            _eq("cart.cart_total", {"a": 3, "b": 2}, {"a": {"price": 3.1}, "b": {"price": 0.45}}, expect=10.2),
+            _eq("cart.cart_total", {"b": 1}, {"a": {"price": 3.1}, "b": {"price": 0.45}}, expect=0.45)),
+    },
+    "test_hidden_pricing.py": {
+        "test_apply_percentage": (
+            _eq("pricing.apply_percentage", 80.0, 25, expect=60.0),
+            _eq("pricing.apply_percentage", 9.99, 100, expect=0.0),
+            _raises("pricing.apply_percentage", 1.0, -5)),
+        "test_bulk_discount_thresholds": (
+            _eq("pricing.bulk_discount", 9, 2.0, expect=18.0), _eq("pricing.bulk_discount", 10, 2.0, expect=18.0),
+            _eq("pricing.bulk_discount", 49, 1.0, expect=44.1), _eq("pricing.bulk_discount", 60, 1.0, expect=48.0)),
+        "test_coupon_percent": (
+            _eq("pricing.coupon_percent", "readmore", expect=15), _eq("pricing.coupon_percent", "  Staff", expect=30),
+            _eq("pricing.coupon_percent", "", expect=0)),
+    },
+    "test_hidden_inventory.py": {
+        "test_restock": (
+            _let("stock", {"a": 1}), _eq("inventory.restock", Ref("stock"), "a", 10, expect=11),
+            _eq("inventory.restock", Ref("stock"), "b", 3, expect=3),
+            _raises("inventory.restock", Ref("stock"), "a", 0)),
+        "test_reserve_all_or_nothing": (
+            _let("stock", {"a": 2}), _true("inventory.reserve", Ref("stock"), "a", 2), _get("stock", "a", expect=0),
+            _true("inventory.reserve", Ref("stock"), "a", 1, truth=False), _get("stock", "a", expect=0)),
+        "test_low_stock_order_and_strictness": (
+            _eq("inventory.low_stock", {"x": 0, "y": 4, "w": 0}, 4, expect=["w", "x"]),
+            _eq("inventory.low_stock", {}, 1, expect=[])),
+    },
+    "test_hidden_orders.py": {
+        "test_place_order_numbers_orders_and_reserves": (
+            _let("book", {}), _let("stock", {"a": 3, "b": 3}),
+            _eq("orders.place_order", Ref("book"), {"a": 1}, _SHOP, Ref("stock"), expect=1),
+            _eq("orders.place_order", Ref("book"), {"a": 1, "b": 2}, _SHOP, Ref("stock"), expect=2),
+            _get("book", 2, "total", expect=8.0), _get("stock", expect={"a": 1, "b": 1})),
+        "test_place_order_short_of_stock_changes_nothing": (
+            _let("book", {}), _let("stock", {"a": 1, "b": 0}),
+            _raises("orders.place_order", Ref("book"), {"a": 1, "b": 1}, _SHOP, Ref("stock")),
+            _get("book", expect={}), _get("stock", expect={"a": 1, "b": 0})),
+        "test_order_status": (
+            _eq("orders.order_status", {3: {"status": "cancelled"}}, 3, expect="cancelled"),
+            _eq("orders.order_status", {}, 1, expect="unknown")),
+        "test_cancel_order_returns_stock_once": (
+            _let("book", {1: {"lines": {"a": 2}, "status": "placed"}}), _let("stock", {}),
+            _true("orders.cancel_order", Ref("book"), 1, Ref("stock")),
+            _true("orders.cancel_order", Ref("book"), 1, Ref("stock"), truth=False),
+            _get("stock", expect={"a": 2}),
+            _true("orders.cancel_order", Ref("book"), 5, Ref("stock"), truth=False)),
+    },
+    "test_hidden_customers.py": {
+        "test_register_customer_normalises_and_refuses_duplicates": (
+            _let("people", {}), (Call("customers.register_customer", (Ref("people"), "Bo@X.io ", "Bo")), Expect.ok()),
+            _get("people", expect=_BO), _raises("customers.register_customer", Ref("people"), "bo@x.io", "Bo")),
+        "test_award_points_counts_whole_units": (
+            _let("people", _BO), _eq("customers.award_points", Ref("people"), "bo@x.io", 7.99, expect=7),
+            _eq("customers.award_points", Ref("people"), "BO@x.io", 3, expect=10)),
+        "test_redeem_points": (
+            _let("people", {"bo@x.io": {"name": "Bo", "points": 40}}),
+            _eq("customers.redeem_points", Ref("people"), "bo@x.io", 40, expect=2.0),
+            _get("people", "bo@x.io", "points", expect=0),
+            _raises("customers.redeem_points", Ref("people"), "bo@x.io", 1)),
+    },
+    "test_hidden_shipping.py": {
+        "test_shipping_cost_counts_started_kilograms": (
+            _eq("shipping.shipping_cost", 3, "home", expect=8.5),
+            _eq("shipping.shipping_cost", 0.1, "home", expect=5.5),
+            _eq("shipping.shipping_cost", 2.5, "abroad", expect=17.0), _raises("shipping.shipping_cost", -1, "abroad")),
+        "test_free_shipping_thresholds": (
+            _true("shipping.free_shipping", 100, "home"), _true("shipping.free_shipping", 25, "home"),
+            _true("shipping.free_shipping", 30, "abroad", truth=False)),
+        "test_delivery_days": (
+            _eq("shipping.delivery_days", "abroad", expect=7),
+            _eq("shipping.delivery_days", "abroad", express=True, expect=3),
+            _raises("shipping.delivery_days", "")),
+    },
+    "test_hidden_reports.py": {
+        "test_revenue_skips_cancelled": (
+            _eq("reports.revenue", _ORDERS, expect=15.0), _eq("reports.revenue", {}, expect=0)),
+        "test_best_sellers": (
+            _eq("reports.best_sellers", _ORDERS, 1, expect=["b"]),
+            _eq("reports.best_sellers", _ORDERS, 5, expect=["b", "a"])),
+        "test_average_order_value": (
+            _eq("reports.average_order_value", _ORDERS, expect=7.5),
+            _eq("reports.average_order_value", {}, expect=0.0)),
+    },
+}
+
 BOOKSHOP = CodingTask(
     name="bookshop",
     spec=("A bookshop backend in Python: plain functions over dicts, one module each:\n"
@@ -599,17 +750,24 @@ BOOKSHOP = CodingTask(
           "Bad input raises ValueError; money is rounded to cents; cancelled orders do not count."),
     modules=(CATALOG, CART, PRICING, INVENTORY, ORDERS, REPORTS, CUSTOMERS, SHIPPING),
     hidden_tests={name: text.lstrip("\n") for name, text in _HIDDEN.items()},
+    hidden_cases=_CASES,
 )
 
 #: One-file tasks for a small real model: the spec, and hidden tests.
 ONE_STEP_TASKS = (
     CodingTask("add", "Write calc.py with a function add(a, b) that returns the sum of a and b.",
                hidden_tests={"test_hidden_calc.py": "from calc import add\n\ndef test_add():\n"
-                                                    "    assert add(2, 3) == 5 and add(-1, 1) == 0\n"}),
+                                                    "    assert add(2, 3) == 5 and add(-1, 1) == 0\n"},
+               hidden_cases={"test_hidden_calc.py": {"test_add": (_eq("calc.add", 2, 3, expect=5),
+                                                                  _eq("calc.add", -1, 1, expect=0))}}),
     CodingTask("is_even", "Write parity.py with a function is_even(n) that returns True when n is even.",
                hidden_tests={"test_hidden_parity.py": "from parity import is_even\n\ndef test_is_even():\n"
-                                                      "    assert is_even(4) and not is_even(7)\n"}),
+                                                      "    assert is_even(4) and not is_even(7)\n"},
+               hidden_cases={"test_hidden_parity.py": {"test_is_even": (
+                   _true("parity.is_even", 4), _true("parity.is_even", 7, truth=False))}}),
     CodingTask("greet", "Write greet.py with a function greet(name) that returns 'Hello, ' followed by the name.",
                hidden_tests={"test_hidden_greet.py": "from greet import greet\n\ndef test_greet():\n"
-                                                     "    assert greet('Ada') == 'Hello, Ada'\n"}),
+                                                     "    assert greet('Ada') == 'Hello, Ada'\n"},
+               hidden_cases={"test_hidden_greet.py": {"test_greet": (
+                   _eq("greet.greet", "Ada", expect="Hello, Ada"),)}}),
 )

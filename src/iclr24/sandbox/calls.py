@@ -31,8 +31,8 @@ from typing import Any
 
 from iclr24.sandbox.runner import ExecResult, Isolation, _check_files, _run
 
-__all__ = ["Call", "CallsReport", "Get", "Outcome", "RecordedCall", "decode_plain", "encode_plain", "record_check",
-           "replay_check", "run_calls", "same_outcome"]
+__all__ = ["Call", "CallsReport", "Expect", "Get", "Let", "Outcome", "RecordedCall", "Ref", "decode_plain",
+           "encode_plain", "record_check", "replay_check", "run_calls", "same_outcome"]
 
 #: A report past this size is refused (every step then fails).
 REPORT_BYTES = 8 << 20
@@ -69,19 +69,21 @@ def encode(value, depth=0):
     raise Unplain(kind.__name__)
 
 
-def decode(data):
+def decode(data, names):
     if isinstance(data, list):
-        return [decode(v) for v in data]
+        return [decode(v, names) for v in data]
     if isinstance(data, dict):
         (tag, body), = data.items()
+        if tag == "$ref":
+            return names[body]
         if tag == "$tuple":
-            return tuple(decode(v) for v in body)
+            return tuple(decode(v, names) for v in body)
         if tag == "$dict":
-            return {decode(k): decode(v) for k, v in body}
+            return {decode(k, names): decode(v, names) for k, v in body}
         if tag == "$set":
-            return {decode(v) for v in body}
+            return {decode(v, names) for v in body}
         if tag == "$frozenset":
-            return frozenset(decode(v) for v in body)
+            return frozenset(decode(v, names) for v in body)
         if tag == "$float":
             return float(body)
     return data
@@ -119,12 +121,17 @@ def run_steps(header):
     outcomes = []
     for step in header["steps"]:
         try:
-            target = resolve(step["target"], names)
-            if step["op"] == "call":
-                kwargs = {k: decode(v) for k, v in step["kwargs"].items()}
-                value = target(*decode(step["args"]), **kwargs)
+            if step["op"] == "let":
+                value = decode(step["value"], names)
             else:
+                target = resolve(step["target"], names)
+            if step["op"] == "call":
+                kwargs = {k: decode(v, names) for k, v in step["kwargs"].items()}
+                value = target(*decode(step["args"], names), **kwargs)
+            elif step["op"] == "get":
                 value = target
+                for key in decode(step["keys"], names):
+                    value = value[key]
             if step.get("save"):
                 names[step["save"]] = value
             try:
@@ -181,14 +188,84 @@ class Call:
 
 @dataclass(frozen=True)
 class Get:
-    """Read ``target`` (a dotted name, as for :class:`Call`); ``save`` keeps it under that name."""
+    """Read ``target`` (a dotted name, as for :class:`Call`), then index it by each of ``keys`` in turn
+    (``Get("stock", ("a",))`` reads ``stock["a"]``); ``save`` keeps the result under that name."""
 
     target: str
+    keys: tuple = ()
     save: str = ""
 
     def to_step(self) -> dict[str, Any]:
         _check_target(self.target)
-        return {"op": "get", "target": self.target, "save": _check_save(self.save)}
+        return {"op": "get", "target": self.target, "keys": encode_plain(list(self.keys)),
+                "save": _check_save(self.save)}
+
+
+@dataclass(frozen=True)
+class Let:
+    """Make a value (plain data) in the sandbox and keep it under ``save``: state the script's later steps pass
+    by :class:`Ref` and read back with :class:`Get` (e.g. a dict a function changes in place)."""
+
+    save: str
+    value: Any
+
+    def to_step(self) -> dict[str, Any]:
+        if not _check_save(self.save):
+            raise ValueError("a Let step needs a name to save its value under")
+        return {"op": "let", "value": encode_plain(self.value), "save": self.save}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An argument that is the value an earlier step saved under ``name`` (the same object, not a copy)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"Ref needs an identifier, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a step must give, decided in the trusted process: ``Expect.value(v)`` (equal plain data, floats
+    within a tolerance), ``Expect.raises("ValueError")`` (an exception of that type), ``Expect.truth(True)``
+    (a value whose truth is that, as ``assert f(x)`` reads it), or ``Expect.ok()`` (any answer but an
+    exception)."""
+
+    kind: str
+    value: Any = None
+
+    @classmethod
+    def equal(cls, value: Any) -> Expect:
+        encode_plain(value)  # refuses what is not plain data
+        return cls("value", value)
+
+    @classmethod
+    def raises(cls, error_type: str) -> Expect:
+        return cls("raises", error_type)
+
+    @classmethod
+    def truth(cls, truth: bool) -> Expect:
+        return cls("truth", bool(truth))
+
+    @classmethod
+    def ok(cls) -> Expect:
+        return cls("ok")
+
+    def met_by(self, outcome: Outcome, *, rel_tol: float = 1e-9, abs_tol: float = 1e-9) -> bool:
+        if self.kind == "raises":
+            return outcome.kind == "error" and outcome.error_type == self.value
+        if outcome.kind == "error":
+            return False
+        if self.kind == "ok":
+            return True
+        if outcome.kind != "value":  # an object is neither equal to plain data nor read for its truth
+            return False
+        if self.kind == "truth":
+            return type(outcome.value) in (bool, int, float, str, list, tuple, dict, set, frozenset, type(None)) \
+                and bool(outcome.value) is self.value
+        return _same_value(self.value, outcome.value, rel_tol, abs_tol)
 
 
 @dataclass(frozen=True)
@@ -232,8 +309,8 @@ def run_calls(steps: Sequence[Call | Get], *, files: Mapping[str, str | bytes] |
 
     if (files is None) == (program is None):
         raise ValueError("run_calls takes files (a codebase) or program (one source), exactly one")
-    if isinstance(steps, (str, bytes, Mapping)) or not all(isinstance(s, (Call, Get)) for s in steps):
-        raise TypeError(f"steps must be a sequence of Call and Get, got {steps!r}")
+    if isinstance(steps, (str, bytes, Mapping)) or not all(isinstance(s, (Call, Get, Let)) for s in steps):
+        raise TypeError(f"steps must be a sequence of Call, Get and Let, got {steps!r}")
     script = [s.to_step() for s in steps]
     if program is not None:
         if not isinstance(program, str):
@@ -290,6 +367,8 @@ def encode_plain(value: Any, _depth: int = 0) -> Any:
         return {"$dict": [[encode_plain(k, _depth + 1), encode_plain(v, _depth + 1)] for k, v in value.items()]}
     if kind in (set, frozenset):
         return {f"${kind.__name__}": [encode_plain(v, _depth + 1) for v in value]}
+    if kind is Ref:  # only on the way in: the driver puts the saved object there
+        return {"$ref": value.name}
     raise TypeError(f"not plain data: a {kind.__name__} (plain data is None, bool, int, float, str, and lists, "
                     "tuples, dicts and sets of them)")
 
