@@ -1,5 +1,7 @@
 """The review's bad inputs to the newer packages: each a clear error at the public boundary, naming the argument."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -75,3 +77,76 @@ def test_molora_linear_names_the_expected_input_width():
     assert layer(torch.randn(3, 8)).shape == (3, 4)
     with pytest.raises(ValueError, match=r"expects inputs \(\*, in_features=8\), got shape \(3, 5\)"):
         layer(torch.randn(3, 5))
+
+
+# --- issue #59: --set values that passed the config check and crashed the run ------------------------------------
+
+LEARNING_RATES = [("aid", "lr"), ("aid", "lm_lr"), ("dats", "lr"), ("federated", "lr"), ("holonets", "lr"),
+                  ("hyperattention", "lm_lr"), ("loqa", "actor_lr"), ("loqa", "critic_lr"),
+                  ("subspace_patching", "lr")]
+
+
+@pytest.mark.parametrize("method, field", LEARNING_RATES)
+def test_every_learning_rate_has_a_documented_maximum(method, field):
+    from iclr24.core import get_experiment
+
+    exp = get_experiment(method)
+    cap = exp.config_class.maximum[field]
+    assert all(getattr(cfg, field) <= cap for cfg in exp.presets.values())
+    with pytest.raises(ValueError, match=rf"experiment '{method}': {field} must be <= {cap:g}, got 1e\+308"):
+        exp.config("smoke", [f"{field}=1e308"])
+    assert getattr(exp.config("smoke", [f"{field}={cap:g}"]), field) == cap
+
+
+def test_no_learning_rate_field_is_left_without_a_maximum():
+    """Any config field named like a learning rate, in any method, gets a maximum (tora's, l2mac's, ... too)."""
+    import dataclasses
+
+    from iclr24.core import list_experiments
+
+    for exp in list_experiments():
+        cap = getattr(exp.config_class, "maximum", {})
+        for f in dataclasses.fields(exp.config_class):
+            if f.name == "lr" or f.name.endswith("_lr"):
+                assert f.name in cap, f"{exp.name}.{f.name} has no maximum"
+
+
+@pytest.mark.parametrize("method, setting, expected", [
+    ("dats", "kl=bogus", "['consecutive', 'uniform']"),
+    ("dats", "model=bogus", "['parametric', 'hyper']"),
+    ("kernel_trees", "features=bogus", "['auto', 'kernel_matrix', 'taylor', 'raw']"),
+    ("kernel_trees", "kernels=rbf,bogus", "['rbf', 'laplace']"),
+    ("orthogonal_classifier", "extra_arc_variants=mask", "['cls_cbs', 'per_sample']"),
+])
+def test_string_choices_are_checked_when_set(method, setting, expected):
+    from iclr24.core import get_experiment
+
+    key, _, value = setting.partition("=")
+    with pytest.raises(ValueError, match=rf"bad value for '{key}' in experiment '{method}': '{value}' "
+                                         rf"\(.*expected one of {re.escape(expected)}\)"):
+        get_experiment(method).config("smoke", [setting])
+
+
+def test_an_empty_extra_arc_variants_skips_them_as_documented():
+    from iclr24.core import get_experiment
+
+    assert get_experiment("orthogonal_classifier").config("smoke", ["extra_arc_variants="]).extra_arc_variants == ()
+
+
+def test_greedy_dpp_refuses_a_kernel_that_is_not_positive_semidefinite():
+    from iclr24.lfr import greedy_dpp, max_min_selection
+
+    indefinite = torch.tensor([[1.0, 2.0], [2.0, 1.0]])  # symmetric, eigenvalues -1 and 3
+    with pytest.raises(ValueError, match=r"kernel must be positive semi-definite .* smallest eigenvalue is -1, below "
+                                         r"-tol \* max \|eigenvalue\| = -3e-06"):
+        greedy_dpp(indefinite, 1)
+    with pytest.raises(ValueError, match="symmetric"):
+        greedy_dpp(torch.tensor([[1.0, 0.5], [0.0, 1.0]]), 1)
+    assert max_min_selection(indefinite, 2) == [0, 1]  # a plain similarity: no PSD needed there
+    # rounding below zero is not refused: a Gram matrix of rank 2 whose zero eigenvalues come out slightly negative
+    A = torch.randn(6, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    rounded = (A @ A.T).float().double()
+    assert torch.linalg.eigvalsh(rounded)[0] < 0
+    assert len(set(greedy_dpp(rounded, 4))) == 4
+    with pytest.raises(ValueError, match=r"tol must be a number in \[0, 1\)"):
+        greedy_dpp(torch.eye(2), 1, tol=-1.0)

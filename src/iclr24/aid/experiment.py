@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
@@ -74,8 +75,14 @@ REVISION_LM = ("quick's language-model budget (400 steps; the defaults: 1000) wa
                "verdicts at 200-1000 steps in view (at 200 this claim failed)")
 
 
+#: The largest learning rate ``--set`` takes for ``lr`` and ``lm_lr``: Adam moves each weight by about lr a step, so
+#: past 1 one step outgrows the weights' scale (the presets use 1e-3 and 3e-3; 1e308 overflows Adam's update).
+MAX_LR = 1.0
+
+
 @dataclass(frozen=True)
 class Config:
+    maximum: ClassVar[dict[str, float]] = {"lr": MAX_LR, "lm_lr": MAX_LR}
     seeds: int = 3
     ratios: tuple[float, ...] = (0.5,)
     n_words: int = 20  # per list; 250 in the paper's code
@@ -112,8 +119,9 @@ class Config:
             raise ValueError(f"ratios must be a non-empty tuple of values in [0, 1], got {self.ratios}")
         if self.n_pairs > self.n_words:
             raise ValueError(f"n_pairs must be <= n_words, got {self.n_pairs} > {self.n_words}")
-        if not self.lm_lr > 0:
-            raise ValueError(f"lm_lr must be > 0, got {self.lm_lr}")
+        for name in ("lr", "lm_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.lm_pairs > self.lm_vocab:
             raise ValueError(f"lm_pairs must be <= lm_vocab, got {self.lm_pairs} > {self.lm_vocab}")
         if self.lm_d_model % 4:
@@ -165,18 +173,18 @@ def _sar_model(decomposition: str, task, cfg: Config, seed: int) -> SARNetwork:
         component_dim=cfg.component_dim, iterations=cfg.iterations, mlp_hidden=cfg.mlp_hidden))
 
 
-def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int):
-    """Train one variant on one seed; returns (model, history, held-out batches)."""
+def train_variant(decomposition: str, ratio: float, cfg: Config, seed: int, progress: bool = False):
+    """Train one variant on one seed; returns (model, history, held-out batches). ``progress``: draw a bar."""
     task, evaluate_on = _sar_setup(ratio, cfg, seed)
     model = _sar_model(decomposition, task, cfg, seed)
     history = train_sar(model, task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, clip=cfg.clip,
                         eval_every=cfg.eval_every, evaluate_on=evaluate_on,
                         generator=torch.Generator().manual_seed(seed),
-                        description=f"{LABELS[decomposition]}, p={ratio:g}, seed {seed}")
+                        description=f"{LABELS[decomposition]}, p={ratio:g}, seed {seed}", progress=progress)
     return model, history, evaluate_on
 
 
-def train_variants(ratio: float, cfg: Config, seeds: list[int]):
+def train_variants(ratio: float, cfg: Config, seeds: list[int], progress: bool = False):
     """``[train_variant(v, ratio, cfg, seed) for seed in seeds for v in VARIANTS]``, trained in lockstep by
     :func:`train_sar_together` (the same numbers; each model's dropout stream starts where building it left the
     global random state, as it does one by one)."""
@@ -193,7 +201,7 @@ def train_variants(ratio: float, cfg: Config, seeds: list[int]):
     histories = train_sar_together(models, tasks, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, clip=cfg.clip,
                                    eval_every=cfg.eval_every, evaluate_on=held, generators=generators,
                                    rng_states=states, description=f"FWM, MLP and AID, p={ratio:g}, "
-                                   f"{len(seeds)} seeds together")
+                                   f"{len(seeds)} seeds together", progress=progress)
     return list(zip(models, histories, held))
 
 
@@ -210,7 +218,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     measured = {(v, r): {"seen": [], "unseen": [], "selectivity": []} for v in VARIANTS for r in cfg.ratios}
     seeds = list(ctx.replicate_seeds(cfg.seeds))
     for ratio in cfg.ratios:
-        trained = iter(train_variants(ratio, cfg, seeds))
+        trained = iter(train_variants(ratio, cfg, seeds, progress=not ctx.quiet))
         for seed in seeds:
             for v in VARIANTS:
                 model, history, held_out = next(trained)
@@ -260,7 +268,8 @@ def _language_model_check(cfg: Config, ctx: RunContext) -> tuple[dict[str, list[
                 d_head=cfg.lm_d_model // 4, decomposition=d))
             train_recall_lm(model, cfg.lm_steps, batch_size=cfg.lm_batch, lr=cfg.lm_lr,
                             generator=torch.Generator().manual_seed(seed),
-                            description=f"linear transformer LM ({v}), seed {seed}", **corpus)
+                            description=f"linear transformer LM ({v}), seed {seed}", progress=not ctx.quiet,
+                            **corpus)
             everything, recall = recall_perplexity(model, held_out)
             perplexity[v].append(recall)
             rows.append({"seed": seed, "model": f"linear transformer LM ({v})",

@@ -20,7 +20,7 @@ from torch import nn
 
 from iclr24.aid.tpr import LinearTransformerLayer
 from iclr24.core.checks import check_int, check_number, check_tensor
-from iclr24.core.progress import progress
+from iclr24.core.progress import progress as progress_bar
 
 __all__ = ["LinearTransformerLM", "RecallBatch", "recall_corpus", "recall_perplexity", "train_recall_lm"]
 
@@ -104,14 +104,16 @@ def recall_perplexity(model: LinearTransformerLM, batch: RecallBatch) -> tuple[f
 
 def train_recall_lm(model: LinearTransformerLM, steps: int, *, batch_size: int = 32, lr: float = 3e-3,
                     generator: torch.Generator | None = None, description: str = "recall LM",
-                    **corpus) -> list[float]:
-    """Adam on next-token cross-entropy over whole sequences of :func:`recall_corpus`; returns the losses."""
+                    progress: bool = False, **corpus) -> list[float]:
+    """Adam on next-token cross-entropy over whole sequences of :func:`recall_corpus`; returns the losses.
+
+    ``progress=True`` draws a bar named ``description`` through :mod:`iclr24.core.progress`; off by default."""
     check_int("steps", steps, minimum=1)
     check_number("lr", lr, minimum=0.0, exclusive=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     model.train()
-    with progress(description, total=steps) as bar:
+    with progress_bar(description, total=steps, enabled=progress) as bar:
         for _ in range(steps):
             tokens = recall_corpus(batch_size, generator=generator, **corpus).tokens
             loss = F.cross_entropy(model(tokens[:, :-1]).transpose(1, 2), tokens[:, 1:])

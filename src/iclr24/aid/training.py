@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from iclr24.aid.sar import SARBatch, SARNetwork, SARTask
 from iclr24.aid.tpr import memory_reads
 from iclr24.core.checks import check_int, check_number
-from iclr24.core.progress import progress
+from iclr24.core.progress import progress as progress_bar
 
 __all__ = ["SARHistory", "binding_selectivity", "recall_accuracy", "retrieval_selectivity", "train_sar",
            "train_sar_together"]
@@ -75,9 +75,13 @@ def retrieval_selectivity(model: SARNetwork, batch: SARBatch) -> float:
 
 def train_sar(model: SARNetwork, task: SARTask, steps: int, *, batch_size: int = 64, lr: float = 1e-3,
               clip: float = 50.0, eval_every: int = 250, evaluate_on: Mapping[str, SARBatch] | None = None,
-              generator: torch.Generator | None = None, description: str = "SAR") -> SARHistory:
+              generator: torch.Generator | None = None, description: str = "SAR",
+              progress: bool = False) -> SARHistory:
     """Adam (betas 0.9/0.98, as the paper's code) on the cross-entropy of the queried y's, gradient norm
-    clipped at ``clip``; every ``eval_every`` steps the recall accuracy on each batch of ``evaluate_on``."""
+    clipped at ``clip``; every ``eval_every`` steps the recall accuracy on each batch of ``evaluate_on``.
+
+    ``progress=True`` draws a bar named ``description`` (steps, loss and accuracies) through
+    :mod:`iclr24.core.progress`; off by default."""
     check_int("steps", steps, minimum=1)
     check_int("eval_every", eval_every, minimum=1)
     check_number("lr", lr, minimum=0.0, exclusive=True)
@@ -89,7 +93,7 @@ def train_sar(model: SARNetwork, task: SARTask, steps: int, *, batch_size: int =
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     history = SARHistory(accuracy={name: [] for name in evaluate_on})
     model.train()
-    with progress(description, total=steps) as bar:
+    with progress_bar(description, total=steps, enabled=progress) as bar:
         for step in range(1, steps + 1):
             batch = task.sample(batch_size, generator)
             logits = model(batch)
@@ -113,7 +117,7 @@ def train_sar_together(models: Sequence[SARNetwork], tasks: Sequence[SARTask], s
                        evaluate_on: Sequence[Mapping[str, SARBatch]] | None = None,
                        generators: Sequence[torch.Generator] | None = None,
                        rng_states: Sequence[torch.Tensor] | None = None,
-                       description: str = "SAR") -> list[SARHistory]:
+                       description: str = "SAR", progress: bool = False) -> list[SARHistory]:
     """:func:`train_sar` of several models in lockstep: the same numbers as one by one, for less time.
 
     Model i trains on ``tasks[i]`` with batches from ``generators[i]`` (default: the task's own generator) and
@@ -124,7 +128,8 @@ def train_sar_together(models: Sequence[SARNetwork], tasks: Sequence[SARTask], s
     give them. Each model has its own loss, gradient clipping and Adam state; the gain is that the memory, which
     has no parameters, reads the batches of all the models in one call of :func:`~iclr24.aid.tpr.memory_reads`
     (at T = 22, D = 16 its sequential write loop is mostly per-operation overhead). Equal to the one-by-one
-    runs up to floating-point order (tested). The global random state ends at the last model's.
+    runs up to floating-point order (tested). The global random state ends at the last model's. ``progress``: as
+    for :func:`train_sar`.
     """
     check_int("steps", steps, minimum=1)
     check_int("eval_every", eval_every, minimum=1)
@@ -164,7 +169,7 @@ def train_sar_together(models: Sequence[SARNetwork], tasks: Sequence[SARTask], s
     histories = [SARHistory(accuracy={name: [] for name in held}) for held in evaluate_on]
     for m in models:
         m.train()
-    with progress(description, total=steps) as bar:
+    with progress_bar(description, total=steps, enabled=progress) as bar:
         for step in range(1, steps + 1):
             batches: dict[int, SARBatch] = {}
             parts = []

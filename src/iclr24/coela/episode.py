@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from iclr24.coela.env import TransportEnv
+from iclr24.core.progress import progress as progress_bar
 
 __all__ = ["Episode", "parse_failure_rate", "run_episode"]
 
@@ -36,8 +37,11 @@ def parse_failure_rate(counts: Counter) -> float:
     return counts["random"] / parsed if parsed else 0.0
 
 
-def run_episode(env: TransportEnv, agents: list, seed: int) -> Episode:
-    """Play one episode of ``env`` (reset with ``seed``) with one agent per ``env.possible_agents``."""
+def run_episode(env: TransportEnv, agents: list, seed: int, *, progress: bool = False) -> Episode:
+    """Play one episode of ``env`` (reset with ``seed``) with one agent per ``env.possible_agents``.
+
+    ``progress=True`` draws a bar of the steps (up to ``env.max_steps``) with the targets delivered so far,
+    through :mod:`iclr24.core.progress`: off by default (an LLM-driven episode takes minutes)."""
     if len(agents) != len(env.possible_agents):
         raise ValueError(f"env has {len(env.possible_agents)} agents, got {len(agents)} agent objects")
     if len({id(a) for a in agents}) != len(agents):
@@ -48,15 +52,17 @@ def run_episode(env: TransportEnv, agents: list, seed: int) -> Episode:
         agent.reset(env)
     by_name = dict(zip(env.possible_agents, agents))
     transcript, messages, finished = [], 0, False
-    while env.agents:
-        actions = {name: by_name[name].act(observations[name]) for name in env.agents}
-        step = env.steps
-        observations, _, terminations, _, infos = env.step(actions)
-        for name, action in actions.items():
-            text = action.get("text", "") if action["type"] == "message" else ""
-            messages += action["type"] == "message"
-            transcript.append((step, name, infos[name]["action"], text))
-        finished = all(terminations.values())
+    with progress_bar(f"episode (seed {seed})", total=env.max_steps, enabled=progress) as bar:
+        while env.agents:
+            actions = {name: by_name[name].act(observations[name]) for name in env.agents}
+            step = env.steps
+            observations, _, terminations, _, infos = env.step(actions)
+            for name, action in actions.items():
+                text = action.get("text", "") if action["type"] == "message" else ""
+                messages += action["type"] == "message"
+                transcript.append((step, name, infos[name]["action"], text))
+            finished = all(terminations.values())
+            bar.advance(env.steps - step, delivered=f"{len(env.delivered)}/{len(env.targets)}")
     counts = sum((a.parse_counts for a in agents), Counter())
     return Episode(env.steps, len(env.delivered) / len(env.targets), finished, messages,
                    sum(a.llm_calls for a in agents), counts, transcript)

@@ -87,7 +87,7 @@ def _env(cfg: Config, n_agents: int, max_steps: int | None = None) -> TransportE
                         max_steps=max_steps or cfg.max_steps)
 
 
-def _rule_based(cfg: Config, seeds: list[int]) -> dict[str, list[Episode]]:
+def _rule_based(cfg: Config, seeds: list[int], progress: bool = False) -> dict[str, list[Episode]]:
     methods = {"single (heuristic)": (1, False, HeuristicPlanner),
                "MHP-like pair, no messages": (2, False, HeuristicPlanner),
                "MHP-like pair, messages": (2, True, HeuristicPlanner),
@@ -100,7 +100,7 @@ def _rule_based(cfg: Config, seeds: list[int]) -> dict[str, list[Episode]]:
             agents = [CoELAAgent(planner=planner() if planner else RandomPlanner(seed * 7 + i),
                                  communicate=communicate, name=a, seed=seed)
                       for i, a in enumerate(env.possible_agents)]
-            out[name].append(run_episode(env, agents, seed))
+            out[name].append(run_episode(env, agents, seed, progress=progress))
     return out
 
 
@@ -115,7 +115,7 @@ def _rule_based(cfg: Config, seeds: list[int]) -> dict[str, list[Episode]]:
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
     """Rule-based agents on every episode; CoELA with the configured LLM on the first ``llm_episodes``."""
     seeds = ctx.replicate_seeds(cfg.episodes)
-    runs = _rule_based(cfg, seeds)
+    runs = _rule_based(cfg, seeds, progress=not ctx.quiet)
     for name, episodes in runs.items():
         ctx.log(f"{name}: {statistics.fmean(e.steps for e in episodes):.1f} steps, transport "
                 f"{statistics.fmean(e.transport_rate for e in episodes):.2f}")
@@ -131,11 +131,11 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             env = _env(cfg, 2, cfg.llm_max_steps)
             agents = [CoELAAgent(llm, communicate=True, cot=cfg.cot, name=a, seed=seed)
                       for a in env.possible_agents]
-            llm_runs.append(run_episode(env, agents, seed))
+            llm_runs.append(run_episode(env, agents, seed, progress=not ctx.quiet))
             env = _env(cfg, 2, cfg.llm_max_steps)      # the baseline under the same step budget
             baseline_short.append(run_episode(env, [CoELAAgent(planner=HeuristicPlanner(), communicate=False,
                                                                name=a, seed=seed) for a in env.possible_agents],
-                                              seed))
+                                              seed, progress=not ctx.quiet))
             bar.advance()
     e = llm_runs[-1]
     ctx.log(f"CoELA ({llm_name}): {e.steps} steps, transport {e.transport_rate:.2f}, parse {dict(e.parse_counts)}")

@@ -11,6 +11,10 @@
 
 Bars are drawn with rich on stderr when it is a terminal and quiet mode is off
 (``iclr24 run --quiet`` or :func:`set_quiet`). Nested bars share one live display.
+
+A library function that runs for long takes ``progress: bool = False`` and opens its bar with
+``progress(description, total, enabled=progress)``: off by default when called from Python, on when an experiment
+passes its run's setting (``progress=not ctx.quiet``), as ``iclr24 run`` does. A disabled bar only counts.
 """
 
 from __future__ import annotations
@@ -68,12 +72,16 @@ def _fmt(value: Any) -> str:
 
 
 @contextmanager
-def progress(description: str, total: int | None = None) -> Iterator[ProgressBar]:
-    """A progress bar for a loop of ``total`` steps (``None``: unknown length)."""
+def progress(description: str, total: int | None = None, *, enabled: bool = True) -> Iterator[ProgressBar]:
+    """A progress bar for a loop of ``total`` steps (``None``: unknown length).
+
+    ``enabled=False`` (a library call's default) draws nothing whatever the quiet setting: the bar only counts.
+    """
     global _live, _open_bars
-    if not is_enabled():
+    if not enabled or not is_enabled():
         yield ProgressBar(description, total)
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     if _live is None:
@@ -82,6 +90,7 @@ def progress(description: str, total: int | None = None) -> Iterator[ProgressBar
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            console=Console(stderr=True),
             transient=True,
         )
         _live.start()
@@ -97,11 +106,12 @@ def progress(description: str, total: int | None = None) -> Iterator[ProgressBar
             _live = None
 
 
-def track(iterable: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
-    """Iterate over ``iterable`` with a progress bar."""
+def track(iterable: Iterable[T], description: str, total: int | None = None, *,
+          enabled: bool = True) -> Iterator[T]:
+    """Iterate over ``iterable`` with a progress bar (``enabled=False``: none drawn)."""
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)  # type: ignore[arg-type]
-    with progress(description, total=total) as bar:
+    with progress(description, total=total, enabled=enabled) as bar:
         for item in iterable:
             yield item
             bar.advance()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import matplotlib
 
@@ -69,10 +70,19 @@ QUICK_STEPS_REVISION = ("quick's training cut 1500 -> 1200 steps for run time, c
                         "(all four inconclusive at both); the margins are the spec's")
 
 
+#: The largest learning rate ``--set lr=`` takes: Adam moves each weight by about lr a step, so past 1 a step is
+#: larger than the tanh network's inputs and weights (the presets use 3e-3; 1e308 overflows Adam's update).
+MAX_LR = 1.0
+#: The largest residual loss weight: 1000x the presets' 1 (the paper's convection configs use 0.005); 1e300
+#: overflowed the float32 loss to inf.
+MAX_RESIDUAL_WEIGHT = 1e3
+
+
 @dataclass(frozen=True)
 class Config:
+    maximum: ClassVar[dict[str, float]] = {"lr": MAX_LR, "residual_weight": MAX_RESIDUAL_WEIGHT}
     seeds: int = 3
-    model: str = "parametric"  # or "hyper" (the paper's HyperPINN: target 7 layers x 8)
+    model: Literal["parametric", "hyper"] = "parametric"  # "hyper": the paper's HyperPINN (target 7 layers x 8)
     hidden: int = 32
     depth: int = 3
     steps: int = 1500
@@ -87,8 +97,9 @@ class Config:
     # The step size of each adaptive sampler is chosen from its grid on the first seed, by the summed
     # validation loss (DATS's own objective; the reference solution is not used).
     etas: tuple[float, ...] = (0.005, 0.05, 0.5, 5.0)  # 0.005: the paper's convection configs
+    # every training configuration's minimum probability: in [0, 1 / 5] (5 configurations: at 1/5 all are uniform)
     floor: float = 0.02
-    kl: str = "consecutive"
+    kl: Literal["consecutive", "uniform"] = "consecutive"  # DATS's KL reference: previous p, or uniform
     # DATS's scores divided by the root of the summed losses, so an eta carries across loss scales (ours; the
     # paper's raw scores by default, with eta chosen on the validation loss above).
     normalize_scores: bool = False
@@ -104,6 +115,16 @@ class Config:
                              f"10 per configuration), got {self.residual_points}")
         if self.model not in ("parametric", "hyper"):
             raise ValueError(f"model must be 'parametric' or 'hyper', got {self.model!r}")
+        if self.kl not in ("consecutive", "uniform"):
+            raise ValueError(f"kl must be 'consecutive' or 'uniform', got {self.kl!r}")
+        # The samplers mix their probabilities with the uniform distribution, p = floor + (1 - n floor) p': a
+        # floor above 1 / n (n = 5 training configurations) would make 1 - n floor < 0, negative probabilities.
+        top = 1 / len(TRAIN_BETAS)
+        if not 0 <= self.floor <= top:
+            raise ValueError(f"floor must be in [0, {top:g}] (1 / the {len(TRAIN_BETAS)} training configurations: "
+                             f"every configuration's minimum probability), got {self.floor:g}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr:g}")
 
 
 PRESETS = {

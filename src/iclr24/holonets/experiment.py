@@ -24,6 +24,7 @@ import copy
 import math
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
@@ -96,8 +97,14 @@ REVISIONS = {
 }
 
 
+#: The largest learning rate ``--set lr=`` takes (Adam): 10x the presets' 0.01. At 0.3 the smoke preset's collapse
+#: models already diverged (an infinite prediction shift failed the run); 1e308 overflows Adam's update.
+MAX_LR = 0.1
+
+
 @dataclass(frozen=True)
 class Config:
+    maximum: ClassVar[dict[str, float]] = {"lr": MAX_LR}
     seeds: int = 3
     epochs: int = 200
     hidden: int = 32
@@ -118,6 +125,8 @@ class Config:
         if self.seeds < 1 or self.epochs < 1 or self.collapse_epochs < 1:
             raise ValueError(f"seeds, epochs and collapse_epochs must be >= 1, got {self.seeds}, {self.epochs} "
                              f"and {self.collapse_epochs}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
         if len(self.collapse_graphs) != 3 or min(self.collapse_graphs) < 1:
             raise ValueError("collapse_graphs must be three counts >= 1 (train, val, test), "
                              f"got {self.collapse_graphs}")

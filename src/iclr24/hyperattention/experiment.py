@@ -99,8 +99,14 @@ CLAIM_ABLATION = "sortLSH blocks and column sampling together beat either alone,
 CLAIM_PPL = "replacing the final half of the layers costs little perplexity"
 
 
+#: The largest learning rate ``--set`` takes for ``lm_lr`` (AdamW's peak, one-cycle): Adam moves each weight by about
+#: lr a step, so past 1 one step outgrows the weights' scale (the presets use 3e-3; 1e308 overflows Adam's update).
+MAX_LR = 1.0
+
+
 @dataclass(frozen=True)
 class Config:
+    maximum: ClassVar[dict[str, float]] = {"lm_lr": MAX_LR}
     allow_empty: ClassVar[tuple[str, ...]] = ("hyper_only_ns",)
     # speed: sequence lengths, one attention layer (batch 1) of `heads` heads of `head_dim`
     ns: tuple[int, ...] = (4096, 8192, 16384, 32768)

@@ -40,15 +40,21 @@ def projector_kernel(projectors: Sequence[nn.Module], sample: torch.Tensor, max_
         return gram / norms[:, None] / norms[None, :]
 
 
-def greedy_dpp(kernel: torch.Tensor, k: int, eps: float = 1e-10) -> list[int]:
+def greedy_dpp(kernel: torch.Tensor, k: int, eps: float = 1e-10, tol: float = 1e-6) -> list[int]:
     """Greedy MAP inference for a DPP with PSD ``kernel``: ``k`` indices, each maximising the determinant gain.
 
     The gain of item j given the chosen set S is its squared residual after projecting onto S in the kernel's
     feature space, d_j^2 = L_jj - |c_j|^2, updated by one Cholesky row a step. Once every gain is below ``eps``
     (the kernel has rank < k) the remaining slots take the unchosen items in index order, so k distinct items
     always come back.
+
+    ``kernel`` must be symmetric positive semi-definite (a DPP's L-ensemble: every principal minor, the
+    unnormalised probability of a set, >= 0); otherwise the gains are not squared residuals and the choice means
+    nothing. A ValueError refuses a kernel whose smallest eigenvalue is below ``-tol`` times its largest absolute
+    eigenvalue (``tol`` leaves room for rounding: :func:`projector_kernel` sums float32 products).
     """
     L = _check_kernel(kernel, k)
+    _check_psd(L, tol)
     n = len(L)
     gains = torch.diagonal(L).clone()
     rows = torch.zeros(k, n, dtype=L.dtype)
@@ -93,6 +99,18 @@ def _check_kernel(kernel, k: int) -> torch.Tensor:
     if k > len(L):
         raise ValueError(f"k must be in [1, {len(L)}] (the number of candidates), got {k}")
     return L
+
+
+def _check_psd(L: torch.Tensor, tol: float) -> None:
+    """A ValueError unless the symmetric ``L`` has no eigenvalue below ``-tol * max |eigenvalue|``."""
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise ValueError(f"tol must be a number in [0, 1), got {tol!r}")
+    eigenvalues = torch.linalg.eigvalsh((L + L.T) / 2)
+    smallest, scale = float(eigenvalues[0]), float(eigenvalues.abs().max())
+    if smallest < -tol * scale:
+        raise ValueError(f"kernel must be positive semi-definite (a DPP kernel): its smallest eigenvalue is "
+                         f"{smallest:.4g}, below -tol * max |eigenvalue| = {-tol * scale:.4g}; use a PSD kernel such "
+                         f"as a Gram matrix (projector_kernel), or the max-min selection for a plain similarity")
 
 
 def select_diverse(projectors: Sequence[nn.Module], k: int, sample: torch.Tensor, method: str | None = "dpp",

@@ -170,7 +170,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                     torch.manual_seed(seed)
                     model = _method(name, setting.encoder(), split, setting, cfg, seed)
                     model.fit(split.X_train, epochs=setting.epochs, batch_size=cfg.batch_size, lr=setting.lr,
-                              generator=torch.Generator().manual_seed(seed))
+                              generator=torch.Generator().manual_seed(seed), progress=not ctx.quiet)
                     Z_train, Z_test = model.transform(split.X_train), model.transform(split.X_test)
                     accuracy = linear_probe(Z_train, split.y_train, Z_test, split.y_test)
                     scores.setdefault((split.name, name), []).append(accuracy)

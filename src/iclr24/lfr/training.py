@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from iclr24.core import check_int
+from iclr24.core.progress import progress as progress_bar
 from iclr24.lfr.networks import as_shape
 
 
@@ -107,11 +108,13 @@ class SelfSupervised(nn.Module):
 
     def fit(self, X: torch.Tensor, *, epochs: int = 100, batch_size: int = 128, lr: float = 1e-3,
             weight_decay: float = 0.0, generator: torch.Generator | None = None,
-            callback: Callable[[int, dict[str, float]], None] | None = None) -> SelfSupervised:
+            callback: Callable[[int, dict[str, float]], None] | None = None,
+            progress: bool = False) -> SelfSupervised:
         """Train on the rows of ``X`` (no labels) with Adam (betas 0.9, 0.99, the official setting); returns self.
 
         ``generator`` drives shuffling and any sampling the objective does; ``callback(epoch, losses)`` is
-        called after each epoch with the mean loss of each phase.
+        called after each epoch with the mean loss of each phase. ``progress=True`` draws a bar of the epochs
+        with those losses (:mod:`iclr24.core.progress`; off by default).
         """
         self.check_input(X, minimum_rows=2)
         check_int("epochs", epochs, minimum=0)
@@ -125,33 +128,35 @@ class SelfSupervised(nn.Module):
         optimisers = [torch.optim.Adam(p.parameters, lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay,
                                        fused=_fusable(p.parameters) or None)
                       if p.parameters else None for p in phases]
-        for epoch in range(epochs):
-            losses = {}
-            for phase, optimiser in zip(phases, optimisers):
-                if optimiser is None:
-                    continue
-                self._encoder_frozen = phase.encoder_frozen
-                self.encoder.train(not phase.encoder_frozen)
-                total, count = 0.0, 0
-                rows, loss_of = X, self.loss
-                if phase.precompute is not None:
-                    with torch.no_grad():
-                        rows = phase.precompute(X)
-                    loss_of = phase.loss
-                with _only_trained(self, phase.parameters):
-                    for _ in range(phase.passes):
-                        for batch in minibatches(len(X), batch_size, generator):
-                            loss = loss_of(rows[batch])
-                            self.zero_grad(set_to_none=True)
-                            loss.backward()
-                            optimiser.step()
-                            total, count = total + loss.item(), count + 1
-                losses[phase.name] = total / max(count, 1)
-            self._encoder_frozen = False
-            self.encoder.train()
-            self.history_.append(losses)
-            if callback is not None:
-                callback(epoch, losses)
+        with progress_bar(f"{type(self).__name__} pretraining", total=epochs, enabled=progress) as bar:
+            for epoch in range(epochs):
+                losses = {}
+                for phase, optimiser in zip(phases, optimisers):
+                    if optimiser is None:
+                        continue
+                    self._encoder_frozen = phase.encoder_frozen
+                    self.encoder.train(not phase.encoder_frozen)
+                    total, count = 0.0, 0
+                    rows, loss_of = X, self.loss
+                    if phase.precompute is not None:
+                        with torch.no_grad():
+                            rows = phase.precompute(X)
+                        loss_of = phase.loss
+                    with _only_trained(self, phase.parameters):
+                        for _ in range(phase.passes):
+                            for batch in minibatches(len(X), batch_size, generator):
+                                loss = loss_of(rows[batch])
+                                self.zero_grad(set_to_none=True)
+                                loss.backward()
+                                optimiser.step()
+                                total, count = total + loss.item(), count + 1
+                    losses[phase.name] = total / max(count, 1)
+                self._encoder_frozen = False
+                self.encoder.train()
+                self.history_.append(losses)
+                if callback is not None:
+                    callback(epoch, losses)
+                bar.advance(**losses)
         self.eval()
         return self
 

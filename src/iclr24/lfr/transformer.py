@@ -38,6 +38,9 @@ class LFRTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Adam's learning rate (the official tabular setting).
     random_state : int, RandomState instance or None, default=None
         Seeds the encoder, projectors, heads and shuffling; the global torch RNG is left as it was.
+    progress : bool, default=False
+        Draw a bar of the training epochs, with the losses, while :meth:`fit` runs (through
+        :mod:`iclr24.core.progress`, on stderr when it is a terminal; ``iclr24.core.set_quiet(True)`` silences it).
 
     Attributes
     ----------
@@ -76,11 +79,12 @@ class LFRTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         "batch_size": [Interval(Integral, 2, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
+        "progress": ["boolean"],
     }
 
     def __init__(self, encoder="mlp", *, dim=256, hidden=256, depth=4, n_projectors=6, projector_dim=256,
                  n_candidates=None, diversity="dpp", lam=0.01, pred_epochs=1, epochs=100, batch_size=128, lr=1e-3,
-                 random_state=None):
+                 random_state=None, progress=False):
         self.encoder = encoder
         self.dim = dim
         self.hidden = hidden
@@ -95,6 +99,7 @@ class LFRTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self.batch_size = batch_size
         self.lr = lr
         self.random_state = random_state
+        self.progress = progress
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -112,7 +117,7 @@ class LFRTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                           n_candidates=self.n_candidates, diversity=self.diversity, lam=self.lam,
                           pred_epochs=self.pred_epochs, seed=seed)
         self.model_.fit(torch.tensor(X, dtype=torch.float32), epochs=self.epochs, batch_size=self.batch_size,
-                        lr=self.lr, generator=torch.Generator().manual_seed(seed))
+                        lr=self.lr, generator=torch.Generator().manual_seed(seed), progress=self.progress)
         self.loss_curve_ = [h["encoder"] for h in self.model_.history_ if "encoder" in h]
         self._n_features_out = self.model_.dim
         return self

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from iclr24.core.progress import track
 from iclr24.loqa.agent import LOQA, MemoryOnePolicy, MLPCritic, MLPPolicy, TabularCritic, magic_box
 from iclr24.loqa.envs import CoinGame, IteratedPrisonersDilemma
 from iclr24.loqa.lola import LOLAConfig
@@ -138,7 +139,7 @@ def _runs(seeds, shaping_weights, config, caller: str) -> tuple[list, list[float
 
 def train_ipd_batch(config: IPDConfig, seeds: Sequence[int], *, shaping_weights: Sequence[float] | None = None,
                     on_eval: Callable[[int, list[IPDHistory], list[MemoryOnePolicy]], None] | None = None,
-                    ) -> tuple[list[LOQA], list[IPDHistory]]:
+                    progress: bool = False) -> tuple[list[LOQA], list[IPDHistory]]:
     """:func:`~iclr24.loqa.training.train_ipd` for several runs at once, as one batched computation.
 
     Run r trains with ``seeds[r]`` and ``shaping_weights[r]`` (default: ``config.shaping_weight`` for all; 0 is
@@ -146,6 +147,7 @@ def train_ipd_batch(config: IPDConfig, seeds: Sequence[int], *, shaping_weights:
     at every evaluation with each run's current policy. Returns each run's agent (its policy, critic and
     target critic; fresh optimisers) and history. A history's ``seconds`` are the batched loop's, shared by
     all its runs. ``stop_at_reciprocity`` is not supported (runs stop together): use ``train_ipd``.
+    ``progress=True`` draws a bar of the updates (:mod:`iclr24.core.progress`; off by default).
     """
     if config.stop_at_reciprocity:
         raise ValueError("train_ipd_batch trains its runs to the end: use train_ipd for stop_at_reciprocity")
@@ -176,7 +178,7 @@ def train_ipd_batch(config: IPDConfig, seeds: Sequence[int], *, shaping_weights:
     returns_matrix, loaded_matrix = _discounting(T, gamma), _discounting(T, gamma * config.dice_lambda)
     histories = [IPDHistory() for _ in range(R)]
     start = time.perf_counter()
-    for i in range(config.iterations):
+    for i in track(range(config.iterations), f"LOQA self-play (IPD), {R} runs", enabled=progress):
         if i % config.opponent_replay_every == 0:
             past_logits[:, snapshots % capacity] = logits.detach()
             past_tables[:, snapshots % capacity] = table.detach()
@@ -356,11 +358,12 @@ class _CoinBoards:
 
 
 def train_coin_game_batch(config: CoinConfig, seeds: Sequence[int], *,
-                          shaping_weights: Sequence[float] | None = None) -> list[LOQA]:
+                          shaping_weights: Sequence[float] | None = None, progress: bool = False) -> list[LOQA]:
     """:func:`~iclr24.loqa.training.train_coin_game` for several runs at once, as one batched computation.
 
     Run r trains with ``seeds[r]`` and ``shaping_weights[r]`` (default: ``config.shaping_weight``). Returns each
-    run's agent (policy, critic and target critic; fresh optimisers)."""
+    run's agent (policy, critic and target critic; fresh optimisers). ``progress=True`` draws a bar of the updates
+    (off by default)."""
     seeds, weights = _runs(seeds, shaping_weights, config, "train_coin_game_batch")
     R = len(seeds)
     T, B, G, A = config.horizon, config.batch_size, config.opponents_per_batch, CoinGame.num_actions
@@ -394,7 +397,7 @@ def train_coin_game_batch(config: CoinConfig, seeds: Sequence[int], *,
     runs = torch.arange(R)
     boards = _CoinBoards(env_generators, B, config.grid, T)
     returns_matrix, loaded_matrix = _discounting(T, gamma), _discounting(T, gamma * dice_lambda)
-    for i in range(config.iterations):
+    for i in track(range(config.iterations), f"LOQA self-play (Coin Game), {R} runs", enabled=progress):
         if i % config.opponent_replay_every == 0:
             for past, now in zip(past_policy + past_critic, policy + critic):
                 past[:, snapshots % capacity] = now.detach()
@@ -491,9 +494,11 @@ def _dice_objectives(logps_self: Tensor, logps_other: Tensor, rewards: Tensor, g
             + ((1 - magic_box(logps_self + logps_other)) * baseline).sum(0)).mean(1)
 
 
-def train_lola_dice_batch(config: LOLAConfig, seeds: Sequence[int]) -> tuple[list[list[Tensor]], list[IPDHistory]]:
+def train_lola_dice_batch(config: LOLAConfig, seeds: Sequence[int], *,
+                          progress: bool = False) -> tuple[list[list[Tensor]], list[IPDHistory]]:
     """:func:`~iclr24.loqa.lola.train_lola_dice` for several seeds at once, as one batched computation.
-    Returns each run's two agents' logits and its history (``seconds``: the batched loop's)."""
+    Returns each run's two agents' logits and its history (``seconds``: the batched loop's). ``progress=True``
+    draws a bar of the updates (off by default)."""
     if config.stop_at_reciprocity:
         raise ValueError("train_lola_dice_batch trains its runs to the end: use train_lola_dice")
     seeds = list(seeds)
@@ -515,7 +520,7 @@ def train_lola_dice_batch(config: LOLAConfig, seeds: Sequence[int]) -> tuple[lis
 
     histories = [IPDHistory() for _ in range(R)]
     steps, start = 0, time.perf_counter()
-    for it in range(config.iterations):
+    for it in track(range(config.iterations), f"LOLA-DiCE (IPD), {R} runs", enabled=progress):
         updates = []
         for i in (0, 1):
             j = 1 - i

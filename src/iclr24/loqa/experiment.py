@@ -24,6 +24,7 @@ below, which come from the spec and were fixed before the first run; what was re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import matplotlib
 
@@ -70,8 +71,14 @@ QUICK_COIN_REVISION = ("quick's Coin Game cut 1000 -> 300 updates for run time, 
 STATES = ("start", "CC", "CD", "DC", "DD")
 
 
+#: The largest learning rate ``--set`` takes for ``actor_lr`` and ``critic_lr``: Adam moves each weight by about lr a
+#: step, so past 1 one step outgrows the weights' scale (the presets use 2e-3 and 5e-2; 1e308 overflows Adam's update).
+MAX_LR = 1.0
+
+
 @dataclass(frozen=True)
 class Config:
+    maximum: ClassVar[dict[str, float]] = {"actor_lr": MAX_LR, "critic_lr": MAX_LR}
     seeds: int = 3
     iterations: int = 12000  # LOQA's and the naive learner's updates (batch 64, horizon 10)
     batch_size: int = 64
@@ -141,14 +148,14 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
         ipd = IPDConfig(iterations=cfg.iterations, batch_size=cfg.batch_size, actor_lr=cfg.actor_lr,
                         critic_lr=cfg.critic_lr, eval_every=cfg.eval_every, opponents_per_batch=min(8, cfg.batch_size))
         agents, histories = train_ipd_batch(ipd, seeds + seeds, shaping_weights=[1.0] * S + [0.0] * S,
-                                            on_eval=keep_first)
+                                            on_eval=keep_first, progress=not ctx.quiet)
         bar.advance(2)
         runs = {"LOQA": histories[:S], "naive": histories[S:]}
         at_reach = [first.get(s) for s in range(S)]  # None if never
         finals = [agent.policy for agent in agents[:S]]
         lola = LOLAConfig(iterations=cfg.lola_iterations, batch_size=cfg.lola_batch_size,
                           eval_every=max(1, cfg.lola_iterations // 100))
-        runs["LOLA-DiCE"] = train_lola_dice_batch(lola, seeds)[1]
+        runs["LOLA-DiCE"] = train_lola_dice_batch(lola, seeds, progress=not ctx.quiet)[1]
         bar.advance()
         for s in range(S):
             ctx.log(f"seed {s}: " + ", ".join(f"{k} reaches at {_reach(v[s])}" for k, v in runs.items()))
@@ -158,7 +165,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             coin_seeds = ctx.replicate_seeds(cfg.coin_seeds)
             coin_cfg = CoinConfig(iterations=cfg.coin_iterations, batch_size=cfg.coin_batch_size)
             learned = train_coin_game_batch(coin_cfg, coin_seeds + coin_seeds,
-                                            shaping_weights=[1.0] * len(coin_seeds) + [0.0] * len(coin_seeds))
+                                            shaping_weights=[1.0] * len(coin_seeds) + [0.0] * len(coin_seeds),
+                                            progress=not ctx.quiet)
             for k, agent in enumerate(learned):
                 seed = coin_seeds[k % len(coin_seeds)]
                 row = coin_pickups(agent.policy, agent.policy, seed=seed)

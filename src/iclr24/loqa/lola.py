@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from iclr24.core.checks import check_int, check_number, check_same_shape
+from iclr24.core.progress import track
 from iclr24.loqa.agent import Rollout, magic_box, memory_one_state
 from iclr24.loqa.envs import IteratedPrisonersDilemma
 from iclr24.loqa.training import IPDHistory, memory_one_policy, play
@@ -74,15 +75,17 @@ def dice_objective(logps_self: Tensor, logps_other: Tensor, rewards: Tensor, gam
             + ((1 - magic_box(logps_self + logps_other)) * baseline).sum(0)).mean()
 
 
-def train_lola_dice(config: LOLAConfig = LOLAConfig(), *, seed: int = 0) -> tuple[list[Tensor], IPDHistory]:
-    """Two LOLA-DiCE agents in the IPD; the history follows agent 0 (its reward in their play)."""
+def train_lola_dice(config: LOLAConfig = LOLAConfig(), *, seed: int = 0,
+                    progress: bool = False) -> tuple[list[Tensor], IPDHistory]:
+    """Two LOLA-DiCE agents in the IPD; the history follows agent 0 (its reward in their play).
+    ``progress=True`` draws a bar of the updates (:mod:`iclr24.core.progress`; off by default)."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     env = IteratedPrisonersDilemma(config.batch_size, config.horizon)
     thetas = [torch.zeros(5, 2, requires_grad=True) for _ in range(2)]
     history = IPDHistory()
     steps, start = 0, time.perf_counter()
-    for it in range(config.iterations):
+    for it in track(range(config.iterations), "LOLA-DiCE (IPD)", enabled=progress):
         updates = []
         for i in (0, 1):
             j = 1 - i

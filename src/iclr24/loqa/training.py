@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_number
+from iclr24.core.progress import track
 from iclr24.loqa.agent import LOQA, MemoryOnePolicy, Rollout, TabularCritic
 from iclr24.loqa.envs import IteratedPrisonersDilemma
 
@@ -253,10 +254,12 @@ def _self_play_update(agent: LOQA, env, past: list, buffer: EpisodeBuffer, confi
 
 
 def train_ipd(config: IPDConfig = IPDConfig(), *, seed: int = 0,
-              on_eval: Callable[[int, IPDHistory, LOQA], None] | None = None) -> tuple[LOQA, IPDHistory]:
+              on_eval: Callable[[int, IPDHistory, LOQA], None] | None = None,
+              progress: bool = False) -> tuple[LOQA, IPDHistory]:
     """Train one LOQA agent by self-play against itself and its past versions (``shaping_weight=0``:
     the naive actor-critic). Returns the agent and its history; ``on_eval(iteration, history, agent)``
-    is called at every evaluation."""
+    is called at every evaluation. ``progress=True`` draws a bar of the updates (:mod:`iclr24.core.progress`;
+    off by default: 12,000 updates take minutes)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -268,7 +271,7 @@ def train_ipd(config: IPDConfig = IPDConfig(), *, seed: int = 0,
     buffer = EpisodeBuffer(config.episode_replay)
     history = IPDHistory()
     start = time.perf_counter()
-    for i in range(config.iterations):
+    for i in track(range(config.iterations), "LOQA self-play (IPD)", enabled=progress):
         _self_play_update(agent, env, past, buffer, config, i, rng, generator)
         if (i + 1) % config.eval_every == 0 or i + 1 == config.iterations:
             history.iteration.append(i + 1)
@@ -369,11 +372,12 @@ def coin_pickups(policy_0: nn.Module, policy_1: nn.Module, *, episodes: int = 25
 
 
 def train_coin_game(config: CoinConfig = CoinConfig(), *, seed: int = 0,
-                    on_eval: Callable[[int, LOQA], None] | None = None, eval_every: int = 100) -> LOQA:
+                    on_eval: Callable[[int, LOQA], None] | None = None, eval_every: int = 100,
+                    progress: bool = False) -> LOQA:
     """Self-play LOQA (or the naive learner with ``shaping_weight=0``) on the Coin Game.
 
     The agents see only the board (an MLP, no memory), so they can learn whose coin to take but not to
-    retaliate; the paper's agents are GRUs."""
+    retaliate; the paper's agents are GRUs. ``progress=True`` draws a bar of the updates (off by default)."""
     check_int("eval_every", eval_every, minimum=1)
     from iclr24.loqa.agent import MLPCritic, MLPPolicy
     from iclr24.loqa.envs import CoinGame
@@ -389,7 +393,7 @@ def train_coin_game(config: CoinConfig = CoinConfig(), *, seed: int = 0,
                  actor_lr=config.actor_lr, critic_lr=config.critic_lr, grad_clip=1.0)
     past: list[LOQA] = []
     buffer = EpisodeBuffer(config.episode_replay)
-    for i in range(config.iterations):
+    for i in track(range(config.iterations), "LOQA self-play (Coin Game)", enabled=progress):
         _self_play_update(agent, env, past, buffer, config, i, rng, generator)
         if on_eval is not None and ((i + 1) % eval_every == 0 or i + 1 == config.iterations):
             on_eval(i + 1, agent)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import matplotlib
 
@@ -106,6 +106,7 @@ LABELS = {"fno": "fixed non-negative orthogonal", "learnable": "learnable", "etf
 @dataclass(frozen=True)
 class Config:
     allow_zero: ClassVar[tuple[str, ...]] = ("buffer_size",)  # 0: continual learning without replay
+    allow_empty: ClassVar[tuple[str, ...]] = ("extra_arc_variants",)  # (): only the judged official variant
     hidden: tuple[int, ...] = (256, 256, 120)  # the last width is the feature dimension (12 a class)
     scale: float = 5.0  # logit scale of the fixed classifiers
     epochs: int = 300
@@ -118,7 +119,7 @@ class Config:
     imbalance_epochs: int = 100
     alpha: float = 1.0
     #: arc-mixup variants run beside the judged official ``mask`` one (reported, not judged); () skips them
-    extra_arc_variants: tuple[str, ...] = ("cls_cbs", "per_sample")
+    extra_arc_variants: tuple[Literal["cls_cbs", "per_sample"], ...] = ("cls_cbs", "per_sample")
 
     def __post_init__(self) -> None:
         if not self.hidden or self.hidden[-1] < 10:

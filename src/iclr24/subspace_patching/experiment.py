@@ -88,8 +88,14 @@ DIRECTION_UNIT = "DAS directions"
 RANDOM_STAND_IN = "a random 3-layer Llama (plumbing only) stands in for GPT-2 small"
 
 
+#: The largest learning rate ``--set`` takes for ``lr`` (DAS's rotation): Adam moves each weight by about lr a step,
+#: so past 1 one step outgrows the weights' scale (the presets use 0.01; 1e308 overflows Adam's update).
+MAX_LR = 1.0
+
+
 @dataclass(frozen=True)
 class Config:
+    maximum: ClassVar[dict[str, float]] = {"lr": MAX_LR}
     lm: str = "embedded"  # "embedded", "hf:/path", or "random-tiny" (a random 3-layer Llama: plumbing only)
     train_pairs: int = 100
     test_pairs: int = 100
@@ -109,6 +115,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.lm not in ("embedded", "random-tiny") and not self.lm.startswith(("embedded:", "hf:")):
             raise ValueError(f"lm must be 'embedded', 'embedded:NAME', 'hf:/path' or 'random-tiny', got {self.lm!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
         if set(self.train_templates) & set(self.test_templates):
             raise ValueError("train_templates and test_templates must not overlap")
         if not 1 <= self.test_groups <= self.test_pairs:
