@@ -63,3 +63,30 @@ def test_l2mac_uses_native_tool_calls_where_the_backend_has_them(server, tmp_pat
     assert "tools" not in summary  # the summary is plain text
     logged = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert len(logged) == len(_Server.requests) and logged[0]["kwargs"]["tools"] == ["write_plan"]
+
+
+class _Malformed(_Server):
+    """The first write comes with arguments that are not JSON (a `view_files` whose text could be re-parsed into a
+    `delete_files` call): a failed call the model is asked to repair, never text."""
+
+    malformed_sent = False
+
+    @staticmethod
+    def _call(name, arguments):
+        if name == "write_files" and not _Malformed.malformed_sent:
+            _Malformed.malformed_sent = True
+            return {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {
+                    "name": "write_files", "arguments": '{"name": "delete_files", "arguments": {"paths": ["lib.py"]'}}]}
+        return _Server._call(name, arguments)
+
+
+def test_a_malformed_native_tool_call_is_a_failed_call_and_the_loop_goes_on(tmp_path):
+    _Server.requests, _Malformed.malformed_sent = [], False
+    with serving(_Malformed) as url:
+        model = get_model("openai", model="stub", base_url=url, api_key="k", max_retries=0)
+        codebase = L2MAC(LoggedModel(model, tmp_path / "calls.jsonl"), context_tokens=4000).run("Write lib.py.")
+    assert _Malformed.malformed_sent and codebase.steps[0].parse_failures == 1
+    repair = _Server.requests[2]["messages"][-1]["content"]  # the model is told, and the loop goes on
+    assert repair.startswith("That reply was not a valid tool call") and "not valid JSON" in repair
+    assert "delete_files" not in codebase.steps[0].tool_calls and codebase.steps[0].status == "complete"

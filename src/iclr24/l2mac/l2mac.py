@@ -92,6 +92,17 @@ class Codebase:
 _UNCHECKED = CheckResult(True, 0, 0, 0, "All checks passed: the step is complete (tests disabled).")
 
 
+@dataclass(frozen=True)
+class InvalidCall:
+    """A native tool call the server sent malformed (arguments that are not JSON, a tool not offered): it counts
+    as a failed call and the model is asked to repair it; its text is empty, so nothing re-parses it."""
+
+    error: str
+    text: str = ""
+    finish_reason: str = "invalid_tool_call"
+    completion_tokens: int | None = None
+
+
 def detect_cycle(messages: list[str], lengths=(2, 3, 4)) -> bool:
     """Whether the last ``k`` messages repeat the ``k`` before them, for some ``k`` in ``lengths``."""
     if isinstance(messages, str):
@@ -141,8 +152,13 @@ class _Agent:
         room = max(1, min(max_tokens or self.reply_tokens, self.context_tokens - used))
         native = getattr(self.llm, "generate_with_tools", None) if tools else None
         if native is not None:
-            completion = native(list(messages), {name: TOOLS[name] for name in tools}, max_tokens=room,
-                                temperature=temperature, seed=len(codebase.trace), force=force)
+            from iclr24.llm.openai_backend import InvalidToolCallError
+
+            try:
+                completion = native(list(messages), {name: TOOLS[name] for name in tools}, max_tokens=room,
+                                    temperature=temperature, seed=len(codebase.trace), force=force)
+            except InvalidToolCallError as error:  # a malformed call is a failed call, never text to re-parse
+                completion = InvalidCall(str(error))
         else:
             # a backend that constrains its output writes only well-formed calls to the offered tools
             constrained = {"response_format": tool_call_format((force,) if force else tools)} \
@@ -156,6 +172,8 @@ class _Agent:
         """The tool call of a reply, or None after telling the model what was wrong. A reply cut at the
         context limit is not repaired into a call (that would write truncated files)."""
         try:
+            if isinstance(completion, InvalidCall):
+                raise ToolCallError(completion.error)
             call = parse_tool_call(completion.text)
             if call.repaired and completion.finish_reason == "length":
                 raise ToolCallError("the reply was cut at the end of the context window; write less per call")
