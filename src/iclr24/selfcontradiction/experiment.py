@@ -8,18 +8,22 @@ generator describes fictional places (known facts stated the same way each time,
 simulated analyser with a set error rate judges the pairs; ChatProtect triggers, detects and mitigates, and
 the ground truth scores it.
 
-Replicates are independent prompts: for detection, the labelled pairs (precision and recall as rates over
-them, and per-pair correctness against always-Yes and the SelfCheck prompt on the same pairs); for the
-pipeline, the fictional places (one prompt each), where mitigation's informativeness and removal are paired
-with a baseline that deletes every flagged sentence. What the simulation's construction guarantees (the last
-pass removes what it still flags, the flagged rate follows the configured one, most contradictions go) is a
-sanity check, not a claim.
+Replicates are independent prompts: for detection, the labelled pairs, a fixed set a seed group counts once
+(precision and recall as rates over them, and per-pair correctness against always-Yes and the SelfCheck prompt on
+the same pairs); for the pipeline, the fictional places a seed draws (one prompt each), where mitigation's
+informativeness and removal are paired with a baseline that deletes every flagged sentence. What the simulation's
+construction guarantees (the last pass removes what it still flags, the flagged rate follows the configured one,
+most contradictions go) is a sanity check, not a claim.
+
+The detection claim is about the configured model (``--llm``); the embedded 135M model (or a scripted one) stands
+in for the paper's ChatGPT and marks it a stand-in. The mitigation claim is always a stand-in: simulated models.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 
 import matplotlib
@@ -55,15 +59,27 @@ CLAIM_MITIGATE = ("SIMULATED: iterative mitigation keeps more of the consistent 
 SELFCHECK = "SelfCheck prompt (P(No))"
 PROMPTS = ("Please tell me about the Eiffel Tower.", "Please tell me about the river Thames.")
 
-# Thresholds, fixed before any run:
-DETECT_BAR = 0.75  # precision and recall each above 0.75 (the pre-migration F1 >= 0.75; paper: P 84.2, R 83.2)
+# Thresholds, each with its provenance (Claim.provenance):
+# Detection, "revised": the first experiment.py asked for F1 >= 0.75 of the voted detector; the evidence migration
+# (F1 is not a rate over pairs) split it into precision and recall each above 0.75, and issue #49 added "more pairs
+# judged right than flagging every pair and than the SelfCheck prompt" and judged the voted detector on 30 pairs,
+# each after SmolLM2's results had been seen. Each made the claim stricter; it failed before and after.
+DETECT_BAR = 0.75  # precision and recall each above 0.75 (paper: P 84.2, R 83.2)
 BASELINE_MARGIN = 0.0  # and more pairs judged right than flagging every pair, and than the SelfCheck prompt
 VOTES_JUDGED_AT = 30  # the paper's detector (explanation + votes) is the one judged once it has scored 30 pairs
-# Mitigation (the claim), paired over places against deleting every sentence flagged in the first pass:
+DETECT_REVISION = ("F1 >= 0.75 -> precision and recall each > 0.75 (migration), plus more pairs right than always-Yes "
+                   "and SelfCheck on the voted detector's 30 pairs (#49), each after SmolLM2's results; all stricter")
+# Mitigation (the claim), "revised", paired over places against deleting every sentence flagged in the first pass.
 # Informativeness: the known facts (the simulated generator's valid information) still stated truly after
 # mitigation / before it; a fact consistent in the first pass only by chance is a hallucination, not information.
+# That definition came after seed 0's result under the first one (facts consistent in the first pass: 0.972 vs
+# 0.968, inconclusive), so the claim is also judged under the first one, beside the verdict (Claim.original).
 INFORMATIVENESS_MARGIN = 0.0  # informativeness above the deleting baseline's
 REMOVAL_SLACK = 0.05  # contradictions removed: no more than 5 points below the deleting baseline (non-inferior)
+MITIGATE_REVISION = ("informativeness counts the facts the generator knows, not those consistent in the first pass "
+                     "(#49, after seed 0 was inconclusive under the first: 0.972 vs 0.968)")
+MITIGATE_STAND_IN = ("a simulated generator and analyser stand in for ChatGPT: the reviser, which knows its facts, "
+                     "restates every known fact a false alarm flags, and the deleting baseline loses it")
 # Sanity checks on the simulation's arithmetic (not claims: they follow from how the simulation is built):
 RATE_BAND_SE = 3.0  # flagged rate within 3 binomial standard errors of what the configured rate and error imply
 REMOVED_BAR = 0.895  # share of contradictions removed: the paper's 89.5% (Table 3, ChatGPT)
@@ -256,7 +272,7 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     if cfg.plumbing_prompts:
         tables["transcript"] = _plumbing(cfg, llm, ctx)
     figures["mitigation.png"] = _mitigation_figure(sim)
-    claims = _claims(cfg, sim, detect, llm.name)
+    claims = _claims(cfg, sim, detect, llm.name, llm_stand_in=model_stand_in(llm))
     checks = _sanity_checks(cfg, sim)
     notes = (f"Detection used {llm.name}. The pipeline rows are SIMULATED: a scripted generator over "
              f"{cfg.entities} fictional places ({cfg.known_fraction:.0%} of facts known, {cfg.elaborate:.0%} of "
@@ -292,6 +308,7 @@ def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
             curve = [(t, *precision_recall_f1(scores, labels[:n], t)) for t in cuts]
             out[name] = {"pairs": n, "precision": precision, "recall": recall, "f1": f1,
                          "flags": [score > cfg.threshold for score in scores], "labels": labels[:n],
+                         "ids": [p.id for p in pairs[:n]],
                          "best_f1": max(c[3] for c in curve), "curve": curve}
             ctx.log(f"{name}: P {precision:.2f} R {recall:.2f} F1 {f1:.2f} on {n} pairs")
     return out
@@ -318,31 +335,55 @@ def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
     return rows
 
 
-def _detection_evidence(flags, labels, unit: str = "labelled pairs"):
+def model_stand_in(llm) -> str:
+    """What stands in for the paper's ChatGPT when ``llm`` is the analyser, or ``""`` when the detection claim is
+    about ``llm`` itself (a served or local model named with ``--llm``). The embedded 135M model and a scripted
+    one stand in."""
+    from iclr24.llm.scripted import ScriptedModel
+
+    model = getattr(llm, "model", llm)  # a LoggedModel's wrapped model
+    if isinstance(model, ScriptedModel):
+        return "a scripted model stands in for ChatGPT as the analyser"
+    embedded = sys.modules.get("iclr24.llm.hf")  # never imported: the model cannot be the embedded one
+    if embedded is not None and isinstance(model, embedded.EmbeddedModel):
+        return f"the embedded {model.name} (135M parameters) stands in for ChatGPT as the analyser"
+    return ""
+
+
+def _detection_evidence(flags, labels, ids, unit: str = "labelled pairs"):
     """Precision (over the flagged pairs) and recall (over the contradictory pairs), each a rate of 0/1
-    outcomes over independent labelled pairs, both above :data:`DETECT_BAR`."""
-    hits_flagged = [float(label) for flag, label in zip(flags, labels) if flag]
-    hits_contradictory = [float(flag) for flag, label in zip(flags, labels) if label]
+    outcomes over the labelled pairs, both above :data:`DETECT_BAR`. The pairs are a fixed set, each named by its
+    id, so a seed group counts each pair once. With no pair flagged (or none contradictory) that rate was not
+    measured: not run, never a made-up 0."""
+    if not len(flags) == len(labels) == len(ids):
+        raise ValueError(f"one flag, label and id per pair: got {len(flags)}, {len(labels)} and {len(ids)}")
+    rates = {"recall": [(float(flag), pair) for flag, label, pair in zip(flags, labels, ids) if label],
+             "precision": [(float(label), pair) for flag, label, pair in zip(flags, labels, ids) if flag]}
+    undefined = {"recall": "no pair is contradictory", "precision": "no pair was flagged"}
     parts = []
-    for name, hits in (("recall", hits_contradictory), ("precision", hits_flagged)):
-        # no flagged pair: precision is undefined, which decides nothing (a single 0 keeps n < 3)
-        parts.append(against(hits or [0.0], DETECT_BAR, binary=True, unit=unit, label=name))
+    for name, counted in rates.items():
+        if not counted:
+            parts.append(not_run(f"{name} is undefined: {undefined[name]}"))
+            continue
+        hits, pairs = zip(*counted)
+        parts.append(against(hits, DETECT_BAR, binary=True, clusters=pairs, fixed=True, unit=unit, label=name))
     return all_of(*parts)
 
 
 def _versus_baselines(chosen: dict, detect: dict) -> list:
     """The judged detector against flagging every pair and against the SelfCheck prompt, on the same pairs: the
-    paired difference in per-pair correctness (exact, over the discordant pairs), above :data:`BASELINE_MARGIN`.
+    paired difference in per-pair correctness (Tango's score interval), above :data:`BASELINE_MARGIN`.
     (F1 is not a mean over pairs, so it is reported with a bootstrap interval beside the verdict.)"""
     n, labels = chosen["pairs"], chosen["labels"]
     correct = [float(flag == label) for flag, label in zip(chosen["flags"], labels)]
-    parts = [compare(correct, [float(label) for label in labels], binary=True, margin=BASELINE_MARGIN,
-                     unit="labelled pairs", label="accuracy: ChatProtect - always Yes")]
+    same_pairs = {"binary": True, "margin": BASELINE_MARGIN, "unit": "labelled pairs", "clusters": chosen["ids"],
+                  "fixed": True}
+    parts = [compare(correct, [float(label) for label in labels], label="accuracy: ChatProtect - always Yes",
+                     **same_pairs)]
     selfcheck = detect.get(SELFCHECK)
     if selfcheck is not None and selfcheck["pairs"] >= n:
-        parts.append(compare(correct, [float(f == y) for f, y in zip(selfcheck["flags"][:n], labels)], binary=True,
-                             margin=BASELINE_MARGIN, unit="labelled pairs",
-                             label="accuracy: ChatProtect - SelfCheck prompt"))
+        parts.append(compare(correct, [float(f == y) for f, y in zip(selfcheck["flags"][:n], labels)],
+                             label="accuracy: ChatProtect - SelfCheck prompt", **same_pairs))
     return parts
 
 
@@ -360,8 +401,11 @@ def _f1_interval(flags, labels, resamples: int = 2000, seed: int = 0) -> tuple[f
     return float(low), float(high)
 
 
-def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
+def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str, *, llm_stand_in: str) -> list[Claim]:
+    """The detection claim over the labelled pairs (about the configured model, or a stand-in for ChatGPT as
+    ``llm_stand_in`` says, :func:`model_stand_in`), the SIMULATED mitigation claim over places."""
     claims = []
+    detect_subject = {"subject": "stand-in", "stand_in": llm_stand_in} if llm_stand_in else {}
     labels = [p.contradictory for p in load_pairs()]
     chatprotect = [k for k in ("ChatProtect (explanation + votes)", "ChatProtect (single-pass P(Yes))") if k in detect]
     # the paper's detector (explanation + votes) once it has scored VOTES_JUDGED_AT pairs; below that (smoke, or a
@@ -372,7 +416,8 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
     if not chatprotect:      # vote_pairs=0 and a backend with no log-probabilities: no ChatProtect detector ran
         claims.append(Claim(CLAIM_DETECT, paper=paper, measured="not measured: no ChatProtect detector scored a pair",
                             evidence=not_run(f"vote_pairs=0 and {llm_name} returns no log-probabilities for the "
-                                             f"single-pass detector")))
+                                             f"single-pass detector"),
+                            provenance="revised", revision=DETECT_REVISION, **detect_subject))
     else:
         name = "ChatProtect (explanation + votes)" if votes is not None and votes["pairs"] >= VOTES_JUDGED_AT else \
             max(chatprotect, key=lambda k: detect[k]["pairs"])
@@ -385,10 +430,13 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
                      f"{chosen['f1']:.2f}) over {chosen['pairs']} independent labelled pairs at threshold "
                      f"{cfg.threshold:g} (flagging every pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); F1 "
                      f"95% bootstrap interval [{low:.2f}, {high:.2f}]; {others}",
-            evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"]),
-                            *_versus_baselines(chosen, detect))))
+            evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"], chosen["ids"]),
+                            *_versus_baselines(chosen, detect)),
+            provenance="revised", revision=DETECT_REVISION, **detect_subject))
     places = "prompts (fictional places)"
     per_prompt = sim["per_prompt"]
+    removal = compare(per_prompt["removed"], per_prompt["baseline_removed"], margin=-REMOVAL_SLACK, unit=places,
+                      label="contradictions removed: ChatProtect - delete flagged sentences")
     claims.append(Claim(
         CLAIM_MITIGATE, paper="ChatGPT: 89.5% of self-contradictions removed, informativeness (consistent facts "
                               "kept / before) 100.8% (Table 3; 3 revising passes and a removing one)",
@@ -402,8 +450,14 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str) -> list[Claim]:
             compare(per_prompt["kept"], per_prompt["baseline_kept"],
                     margin=INFORMATIVENESS_MARGIN, unit=places,
                     label="informativeness: ChatProtect - delete flagged sentences"),
-            compare(per_prompt["removed"], per_prompt["baseline_removed"], margin=-REMOVAL_SLACK, unit=places,
-                    label="contradictions removed: ChatProtect - delete flagged sentences"))))
+            removal),
+        provenance="revised", revision=MITIGATE_REVISION,
+        original=all_of(   # the first definition: facts consistent in the first pass, kept
+            compare(per_prompt["consistent_kept"], per_prompt["baseline_consistent_kept"],
+                    margin=INFORMATIVENESS_MARGIN, unit=places,
+                    label="facts consistent in the first pass kept: ChatProtect - delete flagged sentences"),
+            removal),
+        subject="stand-in", stand_in=MITIGATE_STAND_IN))
     return claims
 
 
