@@ -42,7 +42,7 @@ def test_report_holds_every_claim_and_embeds_figures(toys, tmp_path):
     assert "holds" in parser.cells and any(c.endswith("n=4 draws, vs < 3") for c in parser.cells)
     assert "paper claims: 1 hold, 0 fail, 0 inconclusive, 0 not run" in index.read_text()
     toy_time = run_time(latest_runs(runs)["toy"].result)
-    assert index.read_text().count(toy_time) == 2  # once in the summary (per method, not per claim), once in its section
+    assert index.read_text().count(toy_time) == 2  # once in the summary (per method, not per claim), in its section
     assert "sanity checks" in index.read_text() and "the draws are finite" in index.read_text()
     assert "http" not in "".join(parser.images)  # self-contained
     readme = (tmp_path / "report" / "README.md").read_text()

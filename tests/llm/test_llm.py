@@ -830,3 +830,18 @@ def test_shared_prefix_attention_refuses_what_it_would_drop(extra):
     q, name = torch.zeros(1, 2, 3, 4), next(iter(extra))
     with pytest.raises(NotImplementedError, match=f"plain causal attention; this model's layers use \\['{name}'\\]"):
         shared_prefix_attention(SimpleNamespace(layer_idx=0), q, q, q, None, shared_prefix=object(), **extra)
+
+
+def test_the_stand_in_rule_is_one_for_every_llm_claim(tmp_path):
+    """The embedded model and a scripted replay stand in for a paper's models; a model the user names is the
+    subject; a LoggedModel is judged by the model it wraps."""
+    from iclr24.llm import LoggedModel, get_model, stand_in_reason
+
+    scripted = get_model("scripted", outputs=["x"])
+    assert stand_in_reason(scripted, "GPT-4") == "a scripted model stands in for GPT-4"
+    assert stand_in_reason(LoggedModel(scripted, tmp_path / "log.jsonl"), "GPT-4").endswith("for GPT-4")
+
+    class Named:  # any other backend: a served model, a local checkpoint, a GGUF file
+        name = "my-model"
+
+    assert stand_in_reason(Named(), "GPT-4") == ""

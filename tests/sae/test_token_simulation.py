@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from iclr24.sae.experiment import SIM_MARGIN, simulation_evidence
+from iclr24.sae.experiment import simulation_evidence
 from iclr24.sae.token_simulation import orient_signed_codes, token_simulation_scores
 
 

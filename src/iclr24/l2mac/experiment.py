@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -38,6 +37,7 @@ from iclr24.l2mac.evaluate import direct_completion, features_percent, humaneval
 from iclr24.l2mac.l2mac import L2MAC, SingleContext  # noqa: E402
 from iclr24.l2mac.simulated import SimulatedCoder  # noqa: E402
 from iclr24.l2mac.tasks import BOOKSHOP, ONE_STEP_TASKS  # noqa: E402
+from iclr24.llm.base import stand_in_reason  # noqa: E402
 
 PAPER = "L2MAC: Large Language Model Automatic Computer for Extensive Code Generation (Holt et al., ICLR 2024)"
 CLAIM_CODEBASE = "L2MAC writes a codebase larger than its context window that implements the features, far above " \
@@ -325,17 +325,8 @@ def _real_metrics(real_rows: list[dict], humaneval_rows: list[dict]) -> dict:
 
 def model_stand_in(llm) -> str:
     """What stands in for the paper's GPT-4 when ``llm`` runs claims 2 and 3, or ``""`` when the claims are about
-    ``llm`` itself (a served or local model named with ``--llm``). The embedded 135M model and a scripted one
-    stand in."""
-    from iclr24.llm.scripted import ScriptedModel
-
-    model = getattr(llm, "model", llm)  # a LoggedModel's wrapped model
-    if isinstance(model, ScriptedModel):
-        return "a scripted model stands in for GPT-4"
-    embedded = sys.modules.get("iclr24.llm.hf")  # never imported: the model cannot be the embedded one
-    if embedded is not None and isinstance(model, embedded.EmbeddedModel):
-        return f"the embedded {model.name} (135M parameters) stands in for GPT-4"
-    return ""
+    ``llm`` itself (the house rule: :func:`iclr24.llm.stand_in_reason`)."""
+    return stand_in_reason(llm, "GPT-4")
 
 
 def _checks(rows: list[dict]) -> list[Check]:

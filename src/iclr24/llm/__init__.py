@@ -31,10 +31,12 @@ from iclr24.llm.base import (
     logprobs_available,
     reply_logprobs,
     require_logprobs,
+    stand_in_reason,
     with_system,
 )
 from iclr24.llm.structured import Choice, OutputFormat, choose, output_format
 
 __all__ = ["BACKENDS", "Capabilities", "Choice", "Completion", "LanguageModel", "LoggedModel", "OutputFormat",
            "apply_stop", "check_messages", "choose", "format_chat", "generate_batch", "get_model", "load_torch_model",
-           "logprobs_available", "output_format", "reply_logprobs", "require_logprobs", "with_system"]
+           "logprobs_available", "output_format", "reply_logprobs", "require_logprobs", "stand_in_reason",
+           "with_system"]

@@ -320,6 +320,25 @@ def get_model(name: str | None = None, **options) -> LanguageModel:
             from err
 
 
+def stand_in_reason(model: LanguageModel, subject: str) -> str:
+    """What stands in for a paper's ``subject`` (e.g. ``"GPT-4"``) when ``model`` plays it, in one line; ``""``
+    when the evidence is about ``model`` itself.
+
+    The house rule for LLM claims: the embedded 135M model and a scripted replay stand in for the paper's models;
+    a model the user names with ``--llm`` (a served one, a local checkpoint or GGUF file) is the subject of the
+    claims measured with it."""
+    import sys
+
+    inner = getattr(model, "model", model)  # a LoggedModel's wrapped model
+    scripted = sys.modules.get("iclr24.llm.scripted")  # never imported: the model cannot be one of these
+    if scripted is not None and isinstance(inner, scripted.ScriptedModel):
+        return f"a scripted model stands in for {subject}"
+    embedded = sys.modules.get("iclr24.llm.hf")
+    if embedded is not None and isinstance(inner, embedded.EmbeddedModel):
+        return f"the embedded {inner.name} (135M parameters) stands in for {subject}"
+    return ""
+
+
 def load_torch_model(name: str = "embedded"):
     """The torch model and tokenizer behind a local backend: ``(model, tokenizer)``.
 

@@ -39,6 +39,8 @@ REPORT_BYTES = 8 << 20
 #: Nesting deeper than this is not plain data we compare.
 MAX_DEPTH = 64
 
+# The driver's encode/decode mirror encode_plain/decode_plain below: it runs inside the sandbox, where iclr24 itself
+# is hidden (bwrap.HIDDEN_PACKAGES), so it cannot import them. tests/sandbox/test_calls.py round-trips both.
 DRIVER_SOURCE = r'''
 """iclr24's call driver (runs inside the sandbox, from a read-only folder, as python -I)."""
 import importlib, json, math, os, sys

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 from dataclasses import dataclass
 
 import matplotlib
@@ -34,7 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
-from iclr24.llm.base import logprobs_available  # noqa: E402
+from iclr24.llm.base import logprobs_available, stand_in_reason  # noqa: E402
 from iclr24.selfcontradiction.chatprotect import ChatProtect, ContradictionDetector  # noqa: E402
 from iclr24.selfcontradiction.evaluation import (  # noqa: E402
     SelfCheckDetector,
@@ -337,17 +336,8 @@ def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
 
 def model_stand_in(llm) -> str:
     """What stands in for the paper's ChatGPT when ``llm`` is the analyser, or ``""`` when the detection claim is
-    about ``llm`` itself (a served or local model named with ``--llm``). The embedded 135M model and a scripted
-    one stand in."""
-    from iclr24.llm.scripted import ScriptedModel
-
-    model = getattr(llm, "model", llm)  # a LoggedModel's wrapped model
-    if isinstance(model, ScriptedModel):
-        return "a scripted model stands in for ChatGPT as the analyser"
-    embedded = sys.modules.get("iclr24.llm.hf")  # never imported: the model cannot be the embedded one
-    if embedded is not None and isinstance(model, embedded.EmbeddedModel):
-        return f"the embedded {model.name} (135M parameters) stands in for ChatGPT as the analyser"
-    return ""
+    about ``llm`` itself (the house rule: :func:`iclr24.llm.stand_in_reason`)."""
+    return stand_in_reason(llm, "ChatGPT as the analyser")
 
 
 def _detection_evidence(flags, labels, ids, unit: str = "labelled pairs"):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from iclr24.core import Check, Claim, Result, RunContext, experiment  # noqa: E402
 from iclr24.core.evidence import against, all_of, compare, not_run  # noqa: E402
 from iclr24.core.io import write_text_atomic  # noqa: E402
+from iclr24.llm.base import stand_in_reason  # noqa: E402
 from iclr24.tora.answers import is_equivalent  # noqa: E402
 from iclr24.tora.data import gsm_problems, load_champ, load_gsm8k, load_math  # noqa: E402
 from iclr24.tora.executor import SandboxExecutor  # noqa: E402
@@ -256,13 +256,9 @@ def _coverage_check(coverage: dict[str, list[float]]) -> Check:
 
 def _stand_in(model) -> str:
     """What stands in for the paper's models (7B-70B ToRA fine-tunes, GPT-4 prompted few-shot), in one line; ""
-    for a served model named with ``--llm openai:MODEL``, which may be one of them. The shipped 135M model, a
-    scripted replay, a local checkpoint or GGUF file are stand-ins."""
-    served = sys.modules.get("iclr24.llm.openai_backend")  # loaded whenever such a model was built
-    if served is not None and isinstance(model, served.OpenAIModel):
-        return ""
-    return (f"{model.name}, prompted with four worked examples, stands in for the paper's models (ToRA fine-tunes of "
-            f"LLaMA-2 / CodeLLaMA 7B-70B, GPT-4)")
+    when the claims are about ``model`` itself (the house rule: :func:`iclr24.llm.stand_in_reason`)."""
+    return stand_in_reason(model, "the paper's models (ToRA fine-tunes of LLaMA-2 / CodeLLaMA 7B-70B, GPT-4), "
+                                  "prompted with four worked examples")
 
 
 def _claims(outcomes: dict, templates: dict, shaping, coverage: dict | None, model_name: str,
