@@ -34,11 +34,11 @@ text-align:left;vertical-align:top} th{background:#f4f4f6} td.num{text-align:rig
 .holds{color:#0a7a2f;font-weight:600} .fails{color:#b3261e;font-weight:600} .muted{color:#666}
 .inconclusive{color:#a0640a;font-weight:600} .notrun{color:#777;font-weight:600}
 .env{font-size:.85rem;color:#444} img{max-width:100%;border:1px solid #eee;margin:.4rem 0}
-table{max-width:100%} td{overflow-wrap:anywhere} td.v{overflow-wrap:normal;white-space:nowrap}
+table{max-width:100%} td,th,figcaption,p,li{overflow-wrap:anywhere} td.v{overflow-wrap:normal;white-space:nowrap}
 #summary{width:100%} #summary td.ev{min-width:14rem}
 tr.method th{background:#e9e9f0;text-align:left} tr.part td{font-size:.85rem;border-top:none;color:#333}
-tr.part td.claim{padding-left:1.6rem} .badge{font-size:.75rem;border-radius:3px;padding:0 .3rem;margin-left:.3rem;
-background:#eee;color:#444;white-space:nowrap} .badge.standin{background:#e8eefc;color:#1d3c8f}
+tr.part td.claim{padding-left:1.6rem} .badge{font-size:.75rem;border-radius:3px;padding:0 .3rem;margin:.1rem .3rem 0 0;
+background:#eee;color:#444;display:inline-block;max-width:100%} .badge.standin{background:#e8eefc;color:#1d3c8f}
 .badge.revised{background:#fdf0dc;color:#7a4a00} .damaged{color:#fff;background:#b3261e;font-weight:600}
 pre{background:#f6f6f8;padding:.6rem;overflow-x:auto;font-size:.8rem}
 """
