@@ -147,18 +147,24 @@ def test_a_damaged_latest_result_does_not_break_show_or_list(toys, tmp_path, mon
         assert result.exit_code == 0, (args, result.output)
 
 
+def _plant_after_a_toy_run(tmp_path, changes):
+    """Run the toy, then plant a newer run folder holding its result with ``changes``; the toy's own run folder."""
+    assert invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report").exit_code == 0
+    (latest,) = (tmp_path / "runs" / "toy").glob("2*")
+    result = json.loads((latest / "result.json").read_text())
+    planted = tmp_path / "runs" / "toy" / "29990101T000000Z"
+    planted.mkdir()
+    (planted / "result.json").write_text(json.dumps({**result, **changes}))
+    return latest
+
+
 @pytest.mark.parametrize("damage", [
     {"claims": 5}, {"wall_time_s": None}, {"wall_time_s": "slow"}, {"metrics": {"m": "high"}},
     {"claims": ["a claim as a string"]}, {"checks": [5]}, {"timings": [1.0]}, {"name": 5},
 ])
 def test_damaged_result_records_are_shown_as_damaged_and_the_commands_go_on(toys, tmp_path, monkeypatch, damage):
     monkeypatch.chdir(tmp_path)
-    assert invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report").exit_code == 0
-    (latest,) = (tmp_path / "runs" / "toy").glob("2*")
-    result = json.loads((latest / "result.json").read_text())
-    planted = tmp_path / "runs" / "toy" / "29990101T000000Z"
-    planted.mkdir()
-    (planted / "result.json").write_text(json.dumps({**result, **damage}))
+    _plant_after_a_toy_run(tmp_path, damage)
     for args in (("show", "toy"), ("list",), ("report",)):
         if damage == {"claims": ["a claim as a string"]}:  # the record reads; the claim is shown as damaged
             shown = invoke(*args)
@@ -183,12 +189,7 @@ def test_version_help_and_quiet(toys, tmp_path, monkeypatch):
 
 def test_show_refuses_a_record_of_another_method_planted_in_its_folder(toys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert invoke("run", "toy", "--preset", "smoke", "--quiet", "--no-report").exit_code == 0
-    (latest,) = (tmp_path / "runs" / "toy").glob("2*")
-    result = json.loads((latest / "result.json").read_text())
-    planted = tmp_path / "runs" / "toy" / "29990101T000000Z"
-    planted.mkdir()
-    (planted / "result.json").write_text(json.dumps({**result, "name": "toy_empty", "claims": []}))
+    latest = _plant_after_a_toy_run(tmp_path, {"name": "toy_empty", "claims": []})
     with pytest.warns(UserWarning, match="holds a run of 'toy_empty', not of 'toy'"):
         shown = invoke("show", "toy")
     assert shown.exit_code == 0 and latest.name in shown.output  # the toy's own run, not the planted one

@@ -243,9 +243,9 @@ def _differs(stored: Evidence, derived: Evidence) -> str:
         return f"stored verdict {stored.verdict!r}, its samples give {derived.verdict!r}"
     if stored.n != derived.n:
         return f"stored n = {stored.n}, its samples give n = {derived.n}"
-    for which, (a, b) in (("effect", (stored.effect, derived.effect)),):
-        if (a is None) != (b is None) or (a is not None and not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)):
-            return f"stored {which} {a}, its samples give {b}"
+    a, b = stored.effect, derived.effect
+    if (a is None) != (b is None) or (a is not None and not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)):
+        return f"stored effect {a}, its samples give {b}"
     if (stored.interval is None) != (derived.interval is None) or (stored.interval and not all(
             math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) for x, y in zip(stored.interval, derived.interval))):
         return f"stored interval {stored.interval}, its samples give {derived.interval}"
