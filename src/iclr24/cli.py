@@ -131,7 +131,7 @@ def list_command(runs: Path = typer.Option(Path("runs"), "--runs", help="Folder 
 
 
 def _verdict_counts(claims) -> str:
-    """``"3 hold, 1 fails, 2 inconclusive"`` in colour, the zero counts left out."""
+    """``"holds 3, fails 1, inconclusive 2"``, each verdict in its colour, the zero counts left out."""
     counts = {}
     for c in claims:
         counts[c.verdict] = counts.get(c.verdict, 0) + 1
@@ -148,8 +148,7 @@ def _reference_quick_time(name: str) -> str:
     if wall is None:
         return "not run"
     table = reference_times()
-    over = ""
-    return f"not run here; {wall:.0f} s{over} on {table.get('machine', 'the reference machine')} " \
+    return f"not run here; {wall:.0f} s on {table.get('machine', 'the reference machine')} " \
            f"(reference, {table.get('measured', 'undated')})"
 
 
