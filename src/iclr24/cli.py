@@ -1,4 +1,4 @@
-"""The ``iclr24`` command: list, run, report, show.
+"""The ``iclr24`` command: list, run, plan, report, show.
 
 A user error (unknown method, bad preset, bad ``--set``) prints one line and exits 2;
 a reproduction that fails is recorded in its run folder, its traceback printed, and
@@ -191,6 +191,8 @@ def run_command(
     llm: Optional[str] = typer.Option(None, "--llm", help="Language-model backend for methods that use one: "
                                       "embedded, hf:/checkpoint/folder, llamacpp[:/file.gguf], openai:MODEL "
                                       "(server from $OPENAI_BASE_URL); sets $ICLR24_LLM."),
+    confirm_plan: Optional[Path] = typer.Option(None, "--confirm", help="A plan from `iclr24 plan`: run exactly its "
+                                                "fresh seeds and judge each planned claim on them alone."),
 ) -> None:
     """Run one reproduction (or all) and write runs/<name>/<timestamp>/."""
     if llm is not None:
@@ -243,6 +245,14 @@ def run_command(
 
     if processes is not None and executor != "local":
         raise _user_error("--jobs sets the local executor's processes; Ray places tasks itself")
+    if processes is None:  # one run per core
+        processes = max(1, (os.cpu_count() or 1) // threads)
+    if confirm_plan is not None:
+        if overrides or preset != "quick" or seed is not None:
+            raise _user_error("--confirm runs the plan's preset and seeds as planned; drop --preset, --seed and --set")
+        _confirm(confirm_plan, name, experiments, seeds, out, report_dir if report else None, executor, address, quiet,
+                 threads, processes)
+        return
     jobs = [Job(exp.name, preset, s, tuple(overrides)) for exp in experiments for s in seed_list]
     finished: dict[str, list[RunRecord]] = {}
 
@@ -256,8 +266,6 @@ def run_command(
                 _print_group(group)
 
     try:
-        if processes is None:  # one run per core
-            processes = max(1, (os.cpu_count() or 1) // threads)
         records = run_jobs(jobs, runs_dir=out, executor=executor, address=address, quiet=quiet, threads=threads,
                            processes=processes, on_record=on_record)
     except ValueError as err:  # a run the executor cannot place (e.g. more CPUs than a local cluster has)
@@ -283,6 +291,73 @@ def run_command(
         which = ", ".join(f"{r.name} (seed {r.result.get('seed')})" for r in failed)
         err_console.print(f"{len(failed)} of {len(records)} runs failed: {which}")
         raise typer.Exit(1)
+
+
+def _confirm(plan_path: Path, name: str, experiments: list[Experiment], seeds: Optional[str], out: Path,
+             report_dir: Optional[Path], executor: str, address: Optional[str], quiet: bool, threads: int,
+             processes: int) -> None:
+    """``run --confirm``: check the plan, run what is missing of it, judge and show pilot beside confirmation."""
+    from iclr24.core.confirm import check_plan, confirm
+    from iclr24.core.plan import PlanError, load_plan
+
+    try:
+        plan = load_plan(plan_path)
+    except PlanError as err:
+        raise _user_error(str(err)) from None
+    names = [e.name for e in experiments]
+    if name == "all":
+        names = [n for n in names if plan["methods"].get(n, {}).get("confirm_runs")]
+    chosen = None
+    if seeds is not None:
+        if len(names) != 1:
+            raise _user_error("--seeds with --confirm chooses one method's fresh seeds; name the method")
+        try:
+            chosen = {names[0]: parse_seeds(seeds)}
+        except ValueError as err:
+            raise _user_error(str(err)) from None
+    try:
+        check_plan(plan, names, out, chosen)
+    except PlanError as err:
+        raise _user_error(str(err)) from None
+
+    def on_record(record: RunRecord) -> None:
+        if not quiet or not record.ok:
+            console.print(f"{record.name} seed {record.result.get('seed')}: "
+                          f"{'done' if record.ok else 'FAILED'} in {run_time(record.result)}", highlight=False)
+
+    try:
+        paths = confirm(plan, names, out, seeds=chosen, executor=executor, address=address, quiet=quiet,
+                        threads=threads, processes=processes, on_record=on_record)
+    except (ValueError, PlanError) as err:
+        raise _user_error(str(err)) from None
+    except KeyboardInterrupt as err:
+        err_console.print(f"interrupted ({str(err) or 'Ctrl-C'}); the finished runs are kept: the same command "
+                          "resumes the confirmation without running them again")
+        raise typer.Exit(130) from None
+    verdicts = []
+    for n, path in paths.items():
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not quiet:
+            _print_confirmation(record, path)
+        verdicts += [c["verdict"] for c in record["claims"]]
+    from iclr24.core.evidence import tally
+
+    console.print(f"confirmed claims: {tally(verdicts)}", highlight=False)
+    if report_dir is not None:
+        console.print(f"report: {build_report(out, report_dir, list_experiments())}")
+
+
+def _print_confirmation(record: dict, path: Path | None = None) -> None:
+    where = f" -> {path.parent}" if path is not None else ""
+    table = Table(title=f"{record['name']}: confirmation on fresh seeds {record['seeds']} ({record['preset']}, "
+                  f"CPU {record['cpu_s']:.0f} s){where}")
+    for column in ("claim", "pilot", "plan", "confirmation (these runs only)"):
+        table.add_column(column, overflow="fold")
+    for c in record["claims"]:
+        table.add_row(_short(c["statement"], 70), f"{_styled(c['pilot_verdict'])}: {c['pilot_summary']}",
+                      f"{c['planned_n']} units in {c['planned_runs']} runs, aiming at {c['side']}",
+                      f"{_styled(c['verdict'])}: {c['summary']}")
+    console.print(table)
 
 
 def _closing_tally(records: list[RunRecord], runs_dir: Path, grouped: bool) -> str:
@@ -351,6 +426,92 @@ def _print_record(record: RunRecord) -> None:
         err_console.print(f"{record.name}: sanity checks FAILED: {failed_checks}")
 
 
+@app.command("plan")
+def plan_command(
+    name: str = typer.Argument(..., help="A method name, or 'all'."),
+    runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders (the pilots)."),
+    preset: str = typer.Option("quick", "--preset", "-p", help="The pilots' preset: the latest run of it (or the "
+                               "seed group it belongs to)."),
+    out: Path = typer.Option(Path("plan.json"), "--out", help="Where the plan is written."),
+    power: float = typer.Option(0.8, "--power", help="Power to decide each claim, in [0.5, 1)."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="CPU time for the whole confirmation, e.g. 2h: "
+                                         "the cheapest claims that fit."),
+    max_claim: Optional[str] = typer.Option(None, "--max-claim", help="CPU time one claim may take, e.g. 15m."),
+    workers: int = typer.Option(1, "--workers", help="Ray workers (1 CPU each) to quote the wall time for."),
+) -> None:
+    """Plan a confirmation: the fresh runs that would decide each inconclusive claim at --power, and their CPU cost.
+
+    The pilot (the latest run) estimates each claim's effect and spread; `iclr24 run NAME --confirm plan.json`
+    then runs exactly the planned seeds and judges each claim on them alone."""
+    from iclr24.core.plan import MAX_UNITS, PlanError, build_plan, parse_duration, pilot, write_plan
+
+    if not 0.5 <= power < 1:
+        raise _user_error(f"--power must be in [0.5, 1), got {power}")
+    if not 1 <= workers <= MAX_THREADS:
+        raise _user_error(f"--workers must be in [1, {MAX_THREADS}], got {workers}")
+    if preset not in PRESETS:
+        raise _user_error(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
+    try:
+        budget_s = parse_duration(budget) if budget is not None else None
+        claim_s = parse_duration(max_claim) if max_claim is not None else None
+    except ValueError as err:
+        raise _user_error(f"--budget/--max-claim: {err}") from None
+    if not _is_folder(runs):
+        raise _user_error(f"no runs folder at {str(runs)[:80]!r}; run `iclr24 run {name}` first (the pilot)")
+    experiments = _resolve(name)
+    pilots = {}
+    for exp in experiments:
+        try:
+            pilots[exp.name] = pilot(runs, exp, preset)
+        except PlanError as err:
+            if name != "all":
+                raise _user_error(str(err)) from None
+            err_console.print(f"skipped: {err}", markup=False, highlight=False)
+    if not pilots:
+        raise _user_error(f"no pilot to plan from under {str(runs)!r}; run `iclr24 run {name} -p {preset}` first")
+    plan = build_plan(pilots, power=power, max_units=MAX_UNITS, budget_cpu_s=budget_s, max_claim_cpu_s=claim_s)
+    _check_writable_folder("--out", out.parent if str(out.parent) else Path("."))
+    write_plan(plan, out)
+    _print_plan(plan, workers)
+    console.print(f"plan: {out} ({_hms(plan['cpu_s'])} of CPU; about {_hms(_wall_on(plan, workers))} on {workers} "
+                  f"worker{'s' if workers > 1 else ''}); confirm with `iclr24 run {name} --confirm {out}`",
+                  highlight=False, soft_wrap=True)
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min" if seconds >= 3600 else \
+        f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def _wall_on(plan: dict, workers: int) -> float:
+    """The confirmation's wall time on ``workers`` one-CPU workers: runs placed longest first (each run takes its
+    pilot's wall time)."""
+    import heapq
+
+    runs = sorted((m["pilot"]["wall_s_per_run"] or m["pilot"]["cpu_s_per_run"] for m in plan["methods"].values()
+                   for _ in range(m["confirm_runs"])), reverse=True)
+    finish = [0.0] * workers
+    for wall in runs:
+        heapq.heappush(finish, heapq.heappop(finish) + wall)
+    return max(finish)
+
+
+def _print_plan(plan: dict, workers: int) -> None:
+    table = Table(title=f"plan at {plan['power']:.0%} power: fresh runs that would decide each inconclusive claim")
+    for column in ("method", "claim", "pilot", "plan: n, runs, CPU", "or why not"):
+        table.add_column(column, overflow="fold")
+    for name, method in plan["methods"].items():
+        for c in method["claims"]:
+            unit = next((p["unit"] for p in c["parts"] if p.get("n") == c["n"]), "units")
+            planned = f"{c['n']} {unit}, {c['runs']} runs, {_hms(c['cpu_s'])} -> {c['side']}?" if c["n"] else "-"
+            status = {"planned": "[green]planned[/]", "over budget": "[yellow]over budget[/]"}.get(
+                c["status"], "[dim]cannot decide[/]")
+            table.add_row(name, _short(c["statement"], 70), c["pilot_summary"][:60] + ("..." if len(
+                c["pilot_summary"]) > 60 else ""), planned, f"{status} {c['reason']}".strip())
+    console.print(table)
+
+
 @app.command("report")
 def report_command(
     runs: Path = typer.Option(Path("runs"), "--runs", help="Folder of run folders."),
@@ -376,6 +537,11 @@ def show_command(
     if record is None:
         raise _user_error(f"no run of {exp.name!r} under {str(runs)!r}; run `iclr24 run {exp.name}` first")
     _print_record(record)
+    from iclr24.core.confirm import latest_confirmation
+
+    confirmation = latest_confirmation(runs, exp.name)
+    if confirmation is not None:
+        _print_confirmation(confirmation)
     r = record.result
     for title in ("metrics", "timings"):
         values = r.get(title) or {}

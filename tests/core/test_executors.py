@@ -87,6 +87,30 @@ def test_cli_runs_seeds_on_ray_and_writes_the_group(cluster, tmp_path, monkeypat
     assert latest_seed_group(tmp_path / "runs", "orthogonal_classifier")["seeds"] == [0, 1]
 
 
+def test_a_confirmation_on_ray_writes_the_same_records_as_a_local_one(cluster, tmp_path):
+    import shutil
+
+    from iclr24.core.confirm import confirm
+    from iclr24.core.experiment import get_experiment
+    from iclr24.core.plan import build_plan, pilot
+
+    run_jobs([Job("kernel_trees", "smoke", 0)], runs_dir=tmp_path / "ray", quiet=True)
+    found = pilot(tmp_path / "ray", get_experiment("kernel_trees"), "smoke")
+    plan = build_plan({"kernel_trees": found}, budget_cpu_s=2.5 * found["cpu_s_per_run"])  # two runs at most
+    assert plan["methods"]["kernel_trees"]["confirm_runs"] == 2  # the smoke pilot leaves a claim to confirm
+    shutil.copytree(tmp_path / "ray", tmp_path / "local")
+    records = {}
+    for executor in ("ray", "local"):
+        path = confirm(plan, ["kernel_trees"], tmp_path / executor, executor=executor, quiet=True)["kernel_trees"]
+        records[executor] = json.loads(path.read_text())
+    for key in ("seeds", "plan_digest", "preset"):
+        assert records["ray"][key] == records["local"][key]
+    assert [(c["verdict"], c["evidence"]) for c in records["ray"]["claims"]] == \
+        [(c["verdict"], c["evidence"]) for c in records["local"]["claims"]]
+    assert [r.rsplit("/", 1)[0] for r in records["ray"]["runs"]] == [r.rsplit("/", 1)[0] for r in
+                                                                     records["local"]["runs"]]
+
+
 def test_a_run_that_needs_more_cpus_than_the_local_cluster_is_refused_up_front(cluster, tmp_path):
     with pytest.raises(ValueError, match="needs 64 CPUs per run; the local Ray cluster has 2"):
         run_jobs([Job("kernel_trees", "smoke", 0)], runs_dir=tmp_path, executor="ray", threads=64, quiet=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from iclr24.core.confirm import latest_confirmation
 from iclr24.core.evidence import Evidence, forest_rows, tally
 from iclr24.core.io import write_bytes_atomic, write_text_atomic
 from iclr24.core.runner import RunRecord, latest_runs, run_time
@@ -72,13 +73,14 @@ def build_report(
     groups = {name: group for name, record in records.items()
               if (group := latest_seed_group(runs_dir, name)) and record.run_dir.name in group.get("runs", [])}
     papers = {e.name: e.paper for e in experiments or []}
+    confirmations = {name: found for name in records if (found := latest_confirmation(runs_dir, name))}
     environments = {name: _read_json(r.run_dir / "environment.json") for name, r in records.items()}
     newest = max(records.values(), key=lambda r: r.result.get("started_at", ""), default=None)
     env = environments.get(newest.name, {}) if newest else {}
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    html_text = _html(names, records, papers, env, environments, groups)
-    md_text = _markdown(names, records, papers, env, out_dir, groups)
+    html_text = _html(names, records, papers, env, environments, groups, confirmations)
+    md_text = _markdown(names, records, papers, env, out_dir, groups, confirmations)
     write_text_atomic(out_dir / "README.md", md_text)
     return write_text_atomic(out_dir / "index.html", html_text)
 
@@ -94,14 +96,16 @@ class _MethodRows:
     status: str = "not run"  # "ok", "failed" or "not run"
     error: str = ""
     claims: tuple[tuple[StoredClaim, str], ...] = ()  # each claim (the seed group's pooled one, if any) and seeds
+    confirmed: tuple[tuple[str, StoredClaim, str], ...] = ()  # (statement, its confirmation, how it was planned)
 
 
 def _method_rows(names: list[str], records: dict[str, RunRecord], papers: dict[str, str],
-                 groups: dict[str, dict] | None = None) -> list[_MethodRows]:
+                 groups: dict[str, dict] | None = None, confirmations: dict[str, dict] | None = None
+                 ) -> list[_MethodRows]:
     """Per method, its claims re-derived from the stored samples. After a seed group, a claim's verdict and
-    evidence are the group's pooled ones."""
+    evidence are the group's pooled ones. A confirmation's claims come beside them, re-derived too."""
     out = []
-    groups = groups or {}
+    groups, confirmations = groups or {}, confirmations or {}
     for name in names:
         record = records.get(name)
         if record is None:
@@ -125,12 +129,40 @@ def _method_rows(names: list[str], records: dict[str, RunRecord], papers: dict[s
                     f", {failed} failed" if failed else "")
                 claim = {**claim, "verdict": over.get("verdict"), "evidence": over.get("evidence")}
             claims.append((read_claim(claim), seeds))
-        out.append(_MethodRows(name, str(r.get("paper", "")), time_s, "ok", claims=tuple(claims)))
+        out.append(_MethodRows(name, str(r.get("paper", "")), time_s, "ok", claims=tuple(claims),
+                               confirmed=_confirmed(confirmations.get(name), claims)))
     return out
+
+
+def _confirmed(record: dict | None, claims: list[tuple[StoredClaim, str]]) -> tuple[tuple[str, StoredClaim, str], ...]:
+    """A confirmation record's claims, each re-derived from its samples, with the pilot claim's subject."""
+    if not record:
+        return ()
+    subjects = {c.statement: (c.subject, c.stand_in) for c, _ in claims}
+    out = []
+    for entry in record.get("claims", []):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("statement"), str):
+            continue
+        subject, stand_in = subjects.get(entry["statement"], ("paper", ""))
+        if entry.get("evidence") is None:
+            stored = StoredClaim(statement=entry["statement"], verdict="not run", subject=subject, stand_in=stand_in,
+                                 problem=str(entry.get("problem", "")))
+        else:
+            stored = read_claim({"statement": entry["statement"], "verdict": entry.get("verdict"),
+                                 "evidence": entry["evidence"], "subject": subject, "stand_in": stand_in})
+        how = (f"confirmation on fresh seeds {entry.get('seeds')} (planned before it ran: {entry.get('planned_n')} "
+               f"units in {entry.get('planned_runs')} runs at {record.get('power', 0.8):.0%} power; the pilot not "
+               "pooled in)")
+        out.append((entry["statement"], stored, how))
+    return tuple(out)
 
 
 def _all_claims(methods: list[_MethodRows]) -> list[StoredClaim]:
     return [c for m in methods for c, _ in m.claims]
+
+
+def _all_confirmed(methods: list[_MethodRows]) -> list[StoredClaim]:
+    return [c for m in methods for _, c, _ in m.confirmed]
 
 
 def _parts(claim: StoredClaim) -> list[tuple[str, Evidence, bool]]:
@@ -284,11 +316,11 @@ def _fmt(value: Any) -> str:
 # --- HTML -------------------------------------------------------------------------------------------
 
 
-def _html(names, records, papers, env, environments, groups=None) -> str:
+def _html(names, records, papers, env, environments, groups=None, confirmations=None) -> str:
     e = html.escape
     groups = groups or {}
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    methods = _method_rows(names, records, papers, groups)
+    methods = _method_rows(names, records, papers, groups, confirmations)
     failed_runs = sum(m.status == "failed" for m in methods)
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
@@ -298,6 +330,9 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
         f"<p class='env'>Generated {e(generated)}. Machine: {e(_env_line(env))}.</p>",
         *_weak_banner(environments),
         f"<p><b>{e(claims_tally(_all_claims(methods)))}</b>" + (f", {failed_runs} runs failed" if failed_runs else "")
+        + (f"; <b>confirmed on fresh seeds: {e(claims_tally(_all_confirmed(methods)))}</b> (each planned from "
+           "its pilot before it ran; the pilot's verdict stays in the table, the confirmation below it)"
+           if _all_confirmed(methods) else "")
         + ". Each verdict is re-derived here from the replicates its run stored, against the threshold shown "
         "beside it (its provenance under the claim: the paper's number, the spec written before the method first "
         "ran, or a revision made with results in view): "
@@ -308,6 +343,8 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
         "<span class='badge standin'>stand-in</span> claims are measured on something standing in for the "
         "paper's subject (a simulated or small model, a toy task) and are tallied apart. The paper's number is "
         "shown beside ours, at the paper's scale and hardware.</p>",
+        *_html_glance(methods, records),
+        "<h2>Every claim</h2>",
         "<table id='summary'><thead><tr><th>claim</th><th>paper</th><th>measured here</th>"
         "<th>verdict</th><th>effect [95% interval], n, vs threshold</th></tr></thead><tbody>",
     ]
@@ -319,8 +356,11 @@ def _html(names, records, papers, env, environments, groups=None) -> str:
                    f"<br><span class='muted'>{e(counts)}{how}{'; ' + e(m.time) if m.time else ''}</span></th></tr>")
         if m.status == "failed":
             out.append(f"<tr><td colspan='5' class='fails'>run failed: {e(m.error)}</td></tr>")
+        confirmed = {statement: (c, how) for statement, c, how in m.confirmed}
         for claim, seeds in m.claims:
             out.extend(_html_claim_rows(claim, seeds))
+            if claim.statement in confirmed:
+                out.extend(_html_confirmation_row(*confirmed[claim.statement]))
     out.append("</tbody></table>")
     for name in names:
         out.extend(_html_section(name, records.get(name), papers, environments.get(name, {}), groups.get(name)))
@@ -343,6 +383,38 @@ def _html_claim_rows(claim: StoredClaim, seeds: str = "") -> list[str]:
                     f"<td class='v {_verdict_class(part.verdict)}'>{e(part.verdict)}</td>"
                     f"<td class='ev' title='{e(part.criterion)}'>{e(part.summary())}</td></tr>")
     return rows
+
+
+def _html_glance(methods: list[_MethodRows], records: dict[str, RunRecord]) -> list[str]:
+    """One line per paper: its verdict counts (confirmations apart) and a link to its forest plot."""
+    e = html.escape
+    out = ["<h2>At a glance</h2><table id='glance'><thead><tr><th>paper</th><th>holds</th><th>fails</th>"
+           "<th>inconclusive</th><th>not run</th><th>confirmed on fresh seeds</th><th>forest plot</th></tr></thead>"
+           "<tbody>"]
+    for m in methods:
+        counts = {v: sum(c.verdict == v for c, _ in m.claims) for v in ("holds", "fails", "inconclusive", "not run")}
+        damaged = sum(c.verdict == DAMAGED for c, _ in m.claims)
+        cells = "".join(f"<td class='num {_verdict_class(v) if n else 'muted'}'>{n}</td>" for v, n in counts.items())
+        confirmed = ", ".join(f"{c.verdict}" for _, c, _ in m.confirmed) or "–"
+        record = records.get(m.name)
+        has_plot = record is not None and "evidence.png" in (record.result.get("figures") or [])
+        plot = f"<a href='#{e(m.name)}-evidence'>evidence.png</a>" if has_plot else "–"
+        status = "" if m.status == "ok" else f" <span class='muted'>({e(m.status)})</span>"
+        out.append(f"<tr><td><a href='#{e(m.name)}'>{e(m.name)}</a>{status}"
+                   f"{' <span class=damaged>' + str(damaged) + ' damaged</span>' if damaged else ''}</td>{cells}"
+                   f"<td>{e(confirmed)}</td><td>{plot}</td></tr>")
+    out.append("</tbody></table>")
+    return out
+
+
+def _html_confirmation_row(claim: StoredClaim, how: str) -> list[str]:
+    e = html.escape
+    cls = "damaged" if claim.verdict == DAMAGED else _verdict_class(claim.verdict)
+    text = claim.evidence.summary() if claim.evidence is not None else claim.problem
+    if claim.verdict == DAMAGED:
+        text = f"damaged record: {claim.problem}"
+    return [f"<tr class='part confirm'><td class='claim' colspan='3'>&#10003; {e(how)}</td>"
+            f"<td class='v {cls}'>{e(claim.verdict)}</td><td class='ev'>{e(text)}</td></tr>"]
 
 
 def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], env: dict[str, Any],
@@ -406,7 +478,8 @@ def _html_section(name: str, record: RunRecord | None, papers: dict[str, str], e
         path = record.run_dir / fig
         if path.is_file():
             data = base64.b64encode(path.read_bytes()).decode("ascii")
-            out.append(f"<figure><img alt='{e(fig)}' src='data:image/png;base64,{data}'>"
+            anchor = f" id='{e(name)}-evidence'" if fig == "evidence.png" else ""
+            out.append(f"<figure{anchor}><img alt='{e(fig)}' src='data:image/png;base64,{data}'>"
                        f"<figcaption class='muted'>{e(fig)}</figcaption></figure>")
     out.append("</section>")
     return out
@@ -455,17 +528,18 @@ def _html_table(title: str, rows: list[dict[str, Any]]) -> list[str]:
 # --- Markdown ---------------------------------------------------------------------------------------
 
 
-def _markdown(names, records, papers, env, out_dir: Path, groups=None) -> str:
+def _markdown(names, records, papers, env, out_dir: Path, groups=None, confirmations=None) -> str:
     def cell(text: str) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
 
-    methods = _method_rows(names, records, papers, groups)
+    methods = _method_rows(names, records, papers, groups, confirmations)
     lines = [
         "# iclr24 report",
         "",
         f"Machine: {_env_line(env)}.",
         "",
-        f"{claims_tally(_all_claims(methods))}.",
+        f"{claims_tally(_all_claims(methods))}."
+        + (f" Confirmed on fresh seeds: {claims_tally(_all_confirmed(methods))}." if _all_confirmed(methods) else ""),
         "",
     ]
     for m in methods:
@@ -486,6 +560,10 @@ def _markdown(names, records, papers, env, out_dir: Path, groups=None) -> str:
                 label = f"{name}: {part.label}" if part.label else name
                 lines.append(f"| &#8627; {cell(label)}{' (decides)' if deciding else ''} | | | {part.verdict} "
                              f"| {cell(part.summary())} |")
+            for statement, confirmed, how in m.confirmed:
+                if statement == claim.statement:
+                    text = confirmed.evidence.summary() if confirmed.evidence is not None else confirmed.problem
+                    lines.append(f"| &#10003; {cell(how)} | | | {confirmed.verdict} | {cell(text)} |")
         lines.append("")
     for name in names:
         record = records.get(name)
