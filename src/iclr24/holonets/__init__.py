@@ -19,6 +19,7 @@ from iclr24.holonets.operators import (
     CollapsedGraph,
     GraphCache,
     UnbalancedClusterWarning,
+    as_edge_index,
     characteristic_operator,
     collapse_clusters,
     dense_characteristic_operator,
@@ -41,7 +42,8 @@ _LAZY = {
     "load_real_dataset": "iclr24.holonets.data",
 }
 
-__all__ = ["CollapsedGraph", "GraphCache", "ResolventConv", "UnbalancedClusterWarning", "characteristic_operator",
+__all__ = ["CollapsedGraph", "GraphCache", "ResolventConv", "UnbalancedClusterWarning", "as_edge_index",
+           "characteristic_operator",
            "collapse_clusters", "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum",
            *_LAZY]
 

@@ -15,7 +15,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.holonets.operators import GraphCache, _characteristic_operator, check_graph
+from iclr24.holonets.operators import GraphCache, _characteristic_operator, as_edge_index, check_graph
 
 __all__ = ["FaberConv", "FaberNet"]
 
@@ -99,6 +99,7 @@ class FaberConv(MessagePassing):
                 nn.init.zeros_(b)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        edge_index, edge_weight = as_edge_index(edge_index, edge_weight)  # a sparse adj_t is accepted, as in PyG
         check_tensor("x", x, ndim=2, shape_doc="(num_nodes, in_channels)")
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} channels, this layer expects in_channels={self.in_channels}")
@@ -216,6 +217,7 @@ class FaberNet(nn.Module):
         self.lin.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        edge_index, edge_weight = as_edge_index(edge_index, edge_weight)  # converted once for every layer's cache
         layers = []
         for conv, slope in zip(self.convs, self.negative_slopes):
             x = conv(x, edge_index, edge_weight)

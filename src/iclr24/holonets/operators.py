@@ -25,8 +25,8 @@ from torch import Tensor
 
 from iclr24.core.checks import check_int, check_tensor
 
-__all__ = ["CollapsedGraph", "GraphCache", "UnbalancedClusterWarning", "characteristic_operator", "collapse_clusters",
-           "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum"]
+__all__ = ["CollapsedGraph", "GraphCache", "UnbalancedClusterWarning", "as_edge_index", "characteristic_operator",
+           "collapse_clusters", "dense_characteristic_operator", "dense_laplacian", "faber_response", "spectrum"]
 
 _T = TypeVar("_T")
 
@@ -70,6 +70,30 @@ class GraphCache:
 
     def __deepcopy__(self, memo) -> GraphCache:  # a copied layer starts with an empty cache
         return GraphCache(self.size)
+
+
+def as_edge_index(edge_index, edge_weight: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """``(edge_index, edge_weight)`` from a ``(2, num_edges)`` tensor, or from a sparse adjacency in PyG's ``adj_t``
+    convention (a ``torch.sparse`` COO/CSR/CSC tensor or a ``torch_sparse.SparseTensor`` whose entry ``[i, j]`` is
+    the edge ``j -> i``), its values taken as edge weights."""
+    layout = getattr(edge_index, "layout", None)
+    sparse = type(edge_index).__name__ == "SparseTensor" or layout in (
+        torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+    if not sparse:
+        return edge_index, edge_weight
+    if edge_weight is not None:
+        raise ValueError("edge_weight must be None when edge_index is a sparse adjacency: its values are the weights")
+    if type(edge_index).__name__ == "SparseTensor":  # torch_sparse
+        row, col, value = edge_index.coo()
+    else:
+        if edge_index.dim() != 2:
+            raise ValueError(f"a sparse edge_index must be a 2-D adjacency, got {edge_index.dim()} dimensions")
+        coo = edge_index.to_sparse_coo().coalesce()
+        (row, col), value = coo.indices(), coo.values()
+    index = torch.stack([col, row]).long()  # adj_t[i, j] is the edge j -> i
+    if value is None or (value.numel() and bool((value == 1).all())):
+        return index, None
+    return index, value.float()
 
 
 def check_graph(edge_index: Tensor, num_nodes: int, edge_weight: Tensor | None = None) -> None:

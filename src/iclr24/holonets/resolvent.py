@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from iclr24.core.checks import check_int, check_number, check_tensor
-from iclr24.holonets.operators import GraphCache, check_graph, check_node_weight
+from iclr24.holonets.operators import GraphCache, as_edge_index, check_graph, check_node_weight
 
 __all__ = ["ResolventConv"]
 
@@ -83,6 +83,7 @@ class ResolventConv(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
                 batch: Tensor | None = None, node_weight: Tensor | None = None) -> Tensor:
+        edge_index, edge_weight = as_edge_index(edge_index, edge_weight)  # a sparse adj_t is accepted, as in PyG
         check_tensor("x", x, ndim=2, shape_doc="(num_nodes, in_channels)",
                      dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
         if x.size(0) == 0:
