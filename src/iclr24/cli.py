@@ -507,8 +507,9 @@ def _print_plan(plan: dict, workers: int) -> None:
             planned = f"{c['n']} {unit}, {c['runs']} runs, {_hms(c['cpu_s'])} -> {c['side']}?" if c["n"] else "-"
             status = {"planned": "[green]planned[/]", "over budget": "[yellow]over budget[/]"}.get(
                 c["status"], "[dim]cannot decide[/]")
+            before = f" (confirmed before: {c['confirmed_before']})" if c.get("confirmed_before") else ""
             table.add_row(name, _short(c["statement"], 70), c["pilot_summary"][:60] + ("..." if len(
-                c["pilot_summary"]) > 60 else ""), planned, f"{status} {c['reason']}".strip())
+                c["pilot_summary"]) > 60 else ""), planned, f"{status} {c['reason']}{before}".strip())
     console.print(table)
 
 

@@ -183,7 +183,8 @@ def test_a_confirmation_is_judged_on_its_own_runs_only(power_toy, tmp_path):
     record = json.loads(path.read_text())
     entry = plan["methods"]["toy_power"]["claims"][0]
     (claim,) = record["claims"]
-    assert claim["seeds"] == plan["methods"]["toy_power"]["confirm_seeds"][: entry["runs"]]
+    own = plan["methods"]["toy_power"]["confirm_seeds"][: entry["runs"]]
+    assert claim["seeds"] == own
     effect = claim["evidence"]["parts"][0]
     assert effect["n"] == 3 * entry["runs"]  # exactly the planned runs' replicates
     pilot_values = set(json.loads((tmp_path / found["runs"][0] / "result.json").read_text())["claims"][0][
@@ -196,6 +197,7 @@ def test_a_confirmation_is_judged_on_its_own_runs_only(power_toy, tmp_path):
     # and the next plan from that pilot takes other seeds
     again = build_plan({"toy_power": pilot(tmp_path, power_toy)})
     assert not set(again["methods"]["toy_power"]["confirm_seeds"]) & set(record["seeds"])
+    assert again["methods"]["toy_power"]["claims"][0]["confirmed_before"] == f"{claim['verdict']} on seeds {own}"
 
 
 def test_a_confirmation_that_pooled_the_pilot_would_differ(power_toy, tmp_path):

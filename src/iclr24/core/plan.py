@@ -312,7 +312,7 @@ def build_plan(pilots: Mapping[str, Mapping[str, Any]], *, power: float = DEFAUL
                 continue
             per_run = _units_per_run(claim, n_runs)
             cp = plan_claim(claim, units_per_run=per_run, cpu_s_per_run=cpu, power=power, max_units=max_units)
-            entries.append(cp)
+            entries.append((cp, found.get("confirmed", {}).get(cp.statement, "")))
             if cp.status == "planned":
                 candidates.append((cp.cpu_s, name, cp))
         methods[name] = {"preset": found["preset"],
@@ -334,12 +334,13 @@ def build_plan(pilots: Mapping[str, Mapping[str, Any]], *, power: float = DEFAUL
     out_methods = {}
     for name, m in methods.items():
         claims = []
-        for cp in m["claims"]:
+        for cp, confirmed in m["claims"]:
             if id(cp) in over:
                 limit = (f"over the per-claim limit of {max_claim_cpu_s:.0f} CPU s" if max_claim_cpu_s is not None
                          and cp.cpu_s > max_claim_cpu_s else "does not fit the budget")
                 cp = ClaimPlan(**{**asdict_shallow(cp), "status": "over budget", "reason": limit})
-            claims.append(_claim_to_dict(cp))
+            # a confirmation of this pilot stays the answer; planning again takes new seeds
+            claims.append({**_claim_to_dict(cp), "confirmed_before": confirmed})
         runs = chosen.get(name, 0)
         seeds = _fresh_seeds(list(m["pilot"]["seeds"]) + list(pilots[name].get("exclude_seeds", [])), runs)
         out_methods[name] = {**m, "claims": claims, "confirm_runs": runs, "confirm_seeds": seeds,
@@ -405,7 +406,21 @@ def pilot(runs_dir: str | os.PathLike, exp: Any, preset: str = "quick") -> dict[
             "wall_s_per_run": float(np.mean([r.result["wall_time_s"] for r in records])),
             "machine": f"{environment.get('cpu', 'unknown CPU')}, {environment.get('cpu_count', '?')} cores",
             "claims": claims, "source": experiment_source_digest(exp),
-            "exclude_seeds": used_confirmation_seeds(runs_dir, exp.name)}
+            "exclude_seeds": used_confirmation_seeds(runs_dir, exp.name),
+            "confirmed": _confirmed_before(runs_dir, exp.name, [f"{exp.name}/{r.run_dir.name}" for r in records])}
+
+
+def _confirmed_before(runs_dir: Path, name: str, pilot_runs: list[str]) -> dict[str, str]:
+    """Claims a finished confirmation of this very pilot already judged: ``{statement: "holds on seeds [1, 2]"}``."""
+    found: dict[str, str] = {}
+    for path in sorted(Path(runs_dir, name).glob("confirm-*/confirmation.json")):
+        record = _read_json(path)
+        if record.get("pilot", {}).get("runs") != pilot_runs:
+            continue
+        for claim in record.get("claims", []):
+            if isinstance(claim, dict) and isinstance(claim.get("statement"), str):
+                found[claim["statement"]] = f"{claim.get('verdict')} on seeds {claim.get('seeds')}"
+    return found
 
 
 def used_confirmation_seeds(runs_dir: str | os.PathLike, name: str) -> list[int]:
