@@ -12,23 +12,44 @@ from iclr24.sae.experiment import (
     CLAIM_PATCH,
     CLAIM_TOY,
 )
+from tests.progress_probe import bars
 
 LM_CLAIMS = (CLAIM_LM_FRONTIER, CLAIM_LM_INTERP, CLAIM_LM_PATCH)
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
+def smoke(tmp_path_factory):
+    """The smoke run as ``iclr24 run`` makes it on a terminal (quiet off), with the bars it opens recorded."""
     torch.set_num_threads(1)
-    record = run("sae", preset="smoke", runs_dir=tmp_path_factory.mktemp("runs"), quiet=True)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        recorder = bars(monkeypatch)
+        record = run("sae", preset="smoke", runs_dir=tmp_path_factory.mktemp("runs"), quiet=False)
     assert record.ok, record.result.get("traceback")
-    return record
+    return record, recorder
 
 
-def test_lm_none_skips_the_real_lm_and_reports_its_claims_as_not_run(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_run(smoke):
+    return smoke[0]
+
+
+def test_the_run_shows_the_library_calls_progress(smoke):
+    # issue #61: the experiment passes progress=not ctx.quiet to train_sae, train_saes and the feature patching
+    recorder = smoke[1]
+    shown = {description.split(" (")[0] for description, _ in recorder.added}
+    assert {"training SAE", "feature patching"} <= shown
+    assert any(d.startswith("training ") and d.endswith(" SAEs") for d in shown)  # the toy and LM batches
+    for description in {d for d, _ in recorder.added}:  # every bar counted to its end
+        assert recorder.advanced[description] == sum(t for d, t in recorder.added if d == description)
+
+
+def test_lm_none_skips_the_real_lm_and_reports_its_claims_as_not_run(tmp_path, monkeypatch):
     # "skip" used to crash after all the work: the run did not report its declared claims
     torch.set_num_threads(1)
+    recorder = bars(monkeypatch)
     record = run("sae", preset="smoke", overrides=["lm=none"], runs_dir=tmp_path, quiet=True)
     assert record.ok, record.result.get("traceback")
+    assert recorder.added == []  # --quiet: the library calls are told to draw nothing, even on a terminal
     claims = {c["statement"]: c for c in record.result["claims"]}
     assert list(claims) == list(get_experiment("sae").claims)
     for statement in LM_CLAIMS:

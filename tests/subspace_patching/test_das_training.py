@@ -58,3 +58,15 @@ def test_das_learning_rate_decays_linearly_per_epoch_to_a_tenth(monkeypatch):
     train_das(PlantedPatcher(n_batches=n_batches), k=1, epochs=epochs, lr=lr, seed=0)
     expected = [lr * (1 - 0.9 * e / epochs) for e in range(epochs) for _ in range(n_batches)]
     assert seen == pytest.approx(expected, rel=1e-12, abs=0)
+
+
+def test_das_reports_each_epoch_only_when_asked(monkeypatch):
+    # issue #61: no bar by default, even on a terminal; progress=True (the experiment under iclr24 run) draws one
+    from tests.progress_probe import bars
+
+    recorder = bars(monkeypatch)
+    quiet = train_das(PlantedPatcher(n_batches=3), k=1, epochs=4, seed=0)
+    assert recorder.added == []
+    loud = train_das(PlantedPatcher(n_batches=3), k=1, epochs=4, seed=0, progress=True)
+    assert recorder.added == [("DAS at planted.hook_post", 4)] and recorder.advanced == {"DAS at planted.hook_post": 4}
+    torch.testing.assert_close(loud.basis, quiet.basis, rtol=0, atol=0)  # the bar changes nothing else

@@ -6,14 +6,34 @@ import torch
 
 from iclr24.core import run
 from iclr24.subspace_patching.experiment import CLAIM_RESID
+from tests.progress_probe import bars
 
 
 @pytest.fixture(scope="module")
-def smoke_result(tmp_path_factory):
+def smoke(tmp_path_factory):
+    """The smoke run as ``iclr24 run`` makes it on a terminal (quiet off), with the bars it opens recorded."""
     torch.set_num_threads(1)
-    record = run("subspace_patching", preset="smoke", runs_dir=tmp_path_factory.mktemp("runs"), quiet=True)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        recorder = bars(monkeypatch)
+        record = run("subspace_patching", preset="smoke", runs_dir=tmp_path_factory.mktemp("runs"), quiet=False)
     assert record.ok, record.result.get("traceback")
-    return record.result
+    return record.result, recorder
+
+
+@pytest.fixture(scope="module")
+def smoke_result(smoke):
+    return smoke[0]
+
+
+def test_the_run_shows_each_das_fit(smoke):
+    # issue #61: the experiment passes progress=not ctx.quiet to train_das (both sites, and the MLP scan's fits)
+    result, recorder = smoke
+    fits = [(d, t) for d, t in recorder.added if d.startswith("DAS at ")]
+    seeds, scanned = len(result["tables"]["seeds"]), len(result["tables"]["mlp_scan"]) - 1
+    assert len(fits) == seeds + scanned  # one per (seed, site), one per further MLP layer
+    assert len({d for d, _ in fits}) >= 2  # the MLP and the residual stream
+    for description in {d for d, _ in fits}:
+        assert recorder.advanced[description] == sum(t for d, t in fits if d == description)
 
 
 def test_the_nullspace_parts_zero_effect_is_a_check_not_evidence(smoke_result):

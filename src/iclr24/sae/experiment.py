@@ -258,7 +258,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     train_set = ioi.subset(train_rows)
     acts = collect_activations(model, train_set.clean, HOOK, lengths=prompt_lengths(train_set.clean))
     sae = train_sae(acts, SAETrainingConfig(d_sae=cfg.sae_ratio * acts.shape[1], l1_coefficient=cfg.sae_l1,
-                                            steps=cfg.sae_steps, centre=True, seed=ctx.seed))
+                                            steps=cfg.sae_steps, centre=True, seed=ctx.seed),
+                    progress=not ctx.quiet)
     sample = acts[:cfg.baseline_samples]
     with torch.no_grad():
         rec, codes = sae(sample)
@@ -299,7 +300,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     # decomposition's greedy pass runs in lockstep, their trials in shared forwards
     groups = [patched.subset(rows) for rows in _groups(cfg.patch_prompts, cfg.patch_groups)]
     patch_groups = [_patching_group(curves) for curves in feature_patching_curve_sets(
-        model, HOOK, decompositions, [(g.clean, g.counterfactual, None, ctx.seed) for g in groups], thresholds)]
+        model, HOOK, decompositions, [(g.clean, g.counterfactual, None, ctx.seed) for g in groups], thresholds,
+        progress=not ctx.quiet)]
     needed = {name: float(np.mean([g["needed"][name] for g in patch_groups])) for name in decompositions}
     reached = {name: sum(g["reached"][name] for g in patch_groups) for name in decompositions}
     for name in sim_groups:
@@ -427,7 +429,8 @@ def _real_lm(cfg: Config, ctx: RunContext):
     lm_saes = train_saes(x_train, [SAETrainingConfig(d_sae=cfg.lm_ratio * train.shape[1], l1_coefficient=l1,
                                                      tied=cfg.lm_tied, steps=cfg.lm_sae_steps, batch_size=256,
                                                      centre=True, seed=ctx.seed, hook_name=hook,
-                                                     model_name=model_id) for l1 in cfg.lm_l1_sweep])
+                                                     model_name=model_id) for l1 in cfg.lm_l1_sweep],
+                         progress=not ctx.quiet)
     for l1, sae in zip(cfg.lm_l1_sweep, lm_saes):
         # the run's artefact, in SAELens's layout, on the raw hook activations (the scale folded into the weights)
         folder = sae.for_inputs_scaled_by(scale).save(ctx.path(f"lm_sae_l1_{l1:g}"))
@@ -481,7 +484,7 @@ def _real_lm(cfg: Config, ctx: RunContext):
         prompt_sets.append((batch.tokens, batch.counterfactual, batch.end, patch_seed))
     # every seed's SAE and PCA passes run in lockstep, their trials in one forward
     for patch_seed, curves in zip(patch_seeds, feature_patching_curve_sets(
-            lm, hook, patchers, prompt_sets, thresholds, max_batch=LM_PATCH_MAX_BATCH)):
+            lm, hook, patchers, prompt_sets, thresholds, max_batch=LM_PATCH_MAX_BATCH, progress=not ctx.quiet)):
         patch_groups.append(_patching_group(curves))
         ctx.log(f"{name} patching seed {patch_seed}: features at the KL target {patch_groups[-1]['needed']}")
     ld = torch.cat(lds)
@@ -584,7 +587,8 @@ def _toy_replicates(cfg: Config, seeds: list[int], ctx: RunContext) -> list[tupl
     runs = [(seed, tied, l1) for seed in seeds for tied in (True, False) for l1 in cfg.l1_sweep]
     saes = train_saes([datasets[seed][0] for seed, _, _ in runs],
                       [SAETrainingConfig(d_sae=cfg.toy_ratio * cfg.toy_d, l1_coefficient=l1, tied=tied,
-                                         steps=cfg.toy_steps, seed=seed) for seed, tied, l1 in runs])
+                                         steps=cfg.toy_steps, seed=seed) for seed, tied, l1 in runs],
+                      progress=not ctx.quiet)
     out = []
     for seed in seeds:
         data, truth = datasets[seed]

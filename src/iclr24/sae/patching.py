@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from iclr24.core.checks import check_tensor
-from iclr24.core.progress import progress
+from iclr24.core.progress import progress as progress_bar
 from iclr24.interp import check_positions, hook_layer
 
 __all__ = ["KL_DIRECTIONS", "feature_patching_curve", "feature_patching_curve_sets", "feature_patching_curves",
@@ -36,7 +36,7 @@ def _kl(log_p: Tensor, log_q: Tensor) -> Tensor:
 def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, counterfactual: Tensor,
                            thresholds: np.ndarray, *, end: Tensor | None = None,
                            kl_direction: str = "patched||counterfactual", seed: int = 0, max_batch: int = 32,
-                           reuse_unchanged: bool = True) -> dict:
+                           reuse_unchanged: bool = True, progress: bool = False) -> dict:
     """KL between the patched and the counterfactual output against the number of features patched.
 
     The activation at ``hook`` (every position) is split into codes and a reconstruction
@@ -72,6 +72,8 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
         max_batch: the most candidate patches one forward evaluates (1: one at a time).
         reuse_unchanged: take the KL of a prompt a trial does not change from the current patched set's run
             instead of re-running it (the same number up to floating-point order; ``False`` re-runs every prompt).
+        progress: draw a bar counting the thresholds done (:mod:`iclr24.core.progress`; off by default, the
+            experiment turns it on under ``iclr24 run``). It changes nothing else.
 
     Returns ``{"n_features": [...], "kl": [...], "edit": [...], "kl_clean": KL with nothing
     patched}``: one point per threshold (plus the start), ``edit`` being the size of the
@@ -79,13 +81,14 @@ def feature_patching_curve(model, hook: str, decomposition, clean: Tensor, count
     """
     return feature_patching_curves(model, hook, {"": decomposition}, clean, counterfactual, thresholds, end=end,
                                    kl_direction=kl_direction, seed=seed, max_batch=max_batch,
-                                   reuse_unchanged=reuse_unchanged)[""]
+                                   reuse_unchanged=reuse_unchanged, progress=progress)[""]
 
 
 def feature_patching_curves(model, hook: str, decompositions: dict, clean: Tensor, counterfactual: Tensor,
                             thresholds: np.ndarray, *, end: Tensor | None = None,
                             kl_direction: str = "patched||counterfactual", seed: int = 0,
-                            max_batch: int = 32, reuse_unchanged: bool = True) -> dict[str, dict]:
+                            max_batch: int = 32, reuse_unchanged: bool = True,
+                            progress: bool = False) -> dict[str, dict]:
     """:func:`feature_patching_curve` for each of ``decompositions`` (name -> decomposition) on the same prompts.
 
     The clean and counterfactual runs and the re-runs' cached prefix are computed once for all of them, and their
@@ -96,12 +99,13 @@ def feature_patching_curves(model, hook: str, decompositions: dict, clean: Tenso
     """
     return feature_patching_curve_sets(model, hook, decompositions, [(clean, counterfactual, end, seed)], thresholds,
                                        kl_direction=kl_direction, max_batch=max_batch,
-                                       reuse_unchanged=reuse_unchanged)[0]
+                                       reuse_unchanged=reuse_unchanged, progress=progress)[0]
 
 
 def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_sets: list, thresholds: np.ndarray, *,
                                 kl_direction: str = "patched||counterfactual", max_batch: int = 32,
-                                max_rows: int = 1024, reuse_unchanged: bool = True) -> list[dict[str, dict]]:
+                                max_rows: int = 1024, reuse_unchanged: bool = True,
+                                progress: bool = False) -> list[dict[str, dict]]:
     """:func:`feature_patching_curves` for several sets of prompts, each ``(clean, counterfactual, end, seed)``.
 
     Every greedy pass (one set's prompts and one decomposition) runs in lockstep with the others: each round,
@@ -113,7 +117,8 @@ def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_s
     prompts it changes (``reuse_unchanged``, :func:`feature_patching_curve`). Elsewhere each set's trials run as
     in :func:`feature_patching_curves`. The passes share nothing but the forward, so each curve is
     the one :func:`feature_patching_curve` gives for that set and decomposition alone (up to floating-point
-    order). Returns one ``{name: curve}`` per set, in order.
+    order). Returns one ``{name: curve}`` per set, in order. ``progress``: a bar per pass counting its thresholds
+    (:func:`feature_patching_curve`).
     """
     if kl_direction not in KL_DIRECTIONS:
         raise ValueError(f"kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
@@ -157,7 +162,8 @@ def feature_patching_curve_sets(model, hook: str, decompositions: dict, prompt_s
             return out
 
         passes = {(i, name): _greedy_curve(dec, s.a_c, s.a_cf, s.real, s.window, thresholds, seed=s.seed,
-                                           max_batch=max_batch, reuse_unchanged=reuse_unchanged and s.any_rows)
+                                           max_batch=max_batch, reuse_unchanged=reuse_unchanged and s.any_rows,
+                                           progress=progress)
                   for i, s in enumerate(sets) for name, dec in decompositions.items()}
         requests = {key: next(p) for key, p in passes.items()}
         curves = {}
@@ -236,7 +242,7 @@ class _PromptSet:
 
 
 def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, window: Tensor, thresholds, *,
-                  seed: int, max_batch: int, reuse_unchanged: bool = False):
+                  seed: int, max_batch: int, reuse_unchanged: bool = False, progress: bool):
     """The greedy un-patching pass of :func:`feature_patching_curve` for one decomposition, as a generator: it
     yields the patched activations of a batch of trials at the re-run positions ``window`` ``(n, W)`` of the
     prompts each re-runs, ``((m, W, d), prompt index (m,))``, is sent their KLs ``(m,)``, and returns the curve.
@@ -293,7 +299,7 @@ def _greedy_curve(decomposition, a_c: Tensor, a_cf: Tensor, real: Tensor, window
     order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))]
     size, guess_taken = 1, False
     known: dict[int, Tensor] = {}  # feature -> each prompt's KL with it un-patched from the current patched set
-    with progress(f"feature patching ({len(order)} features)", total=len(thresholds)) as bar:
+    with progress_bar(f"feature patching ({len(order)} features)", total=len(thresholds), enabled=progress) as bar:
         for t in thresholds:
             candidates = [f for f in order.tolist() if patched[f]]
             i = 0

@@ -10,7 +10,7 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 from iclr24.core.checks import check_int, check_number, check_tensor
-from iclr24.core.progress import progress
+from iclr24.core.progress import progress as progress_bar
 from iclr24.sae.autoencoder import SparseAutoencoder
 
 __all__ = [
@@ -60,7 +60,8 @@ class SAETrainingConfig:
                 raise ValueError(f"{name} must be None or a non-empty string, got {value!r}")
 
 
-def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> SparseAutoencoder:
+def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig(), *, progress: bool = False
+              ) -> SparseAutoencoder:
     """Train an SAE by Adam on minibatches of ``activations``.
 
     ``activations`` is a tensor ``(n, d_in)`` (batches drawn at random) or an activation
@@ -72,6 +73,9 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
     normalised rows anyway); an untied encoder is left free, as in the paper. Dead latents
     (never active on a batch over the last ``resample_dead_every`` steps) are re-initialised
     toward badly reconstructed inputs when resampling is on.
+
+    ``progress``: draw a bar counting the steps (:mod:`iclr24.core.progress`; off by default, the experiment turns
+    it on under ``iclr24 run``). It changes nothing else.
     """
     gen = torch.Generator().manual_seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -93,7 +97,7 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
                             hook_name=cfg.hook_name, model_name=cfg.model_name)
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.lr)
     fired = torch.zeros(cfg.d_sae, dtype=torch.bool)
-    with progress("training SAE", total=cfg.steps) as bar:
+    with progress_bar("training SAE", total=cfg.steps, enabled=progress) as bar:
         for step in range(1, cfg.steps + 1):
             batch = source(cfg.batch_size)
             loss, parts = sae.loss(batch)
@@ -113,7 +117,7 @@ def train_sae(activations, cfg: SAETrainingConfig = SAETrainingConfig()) -> Spar
     return sae
 
 
-def train_saes(activations, cfgs) -> list[SparseAutoencoder]:
+def train_saes(activations, cfgs, *, progress: bool = False) -> list[SparseAutoencoder]:
     """Train several SAEs at once: the same SAEs as ``[train_sae(a, c) for a, c in zip(activations, cfgs)]``.
 
     ``activations`` is one tensor ``(n, d_in)`` for all, or one per config. SAEs whose configs
@@ -123,7 +127,8 @@ def train_saes(activations, cfgs) -> list[SparseAutoencoder]:
     elementwise, so each gets its own update). Each SAE keeps its own initialisation and its
     own minibatches (its own seeded generator), so the result differs from one at a time only
     by floating-point order. Configs that resample dead latents, and activation sources
-    (callables), are trained one at a time by :func:`train_sae`.
+    (callables), are trained one at a time by :func:`train_sae`. ``progress``: a bar per batched group (or SAE
+    trained alone) counting its steps, as in :func:`train_sae`.
     """
     cfgs = list(cfgs)
     data = list(activations) if isinstance(activations, (list, tuple)) else [activations] * len(cfgs)
@@ -133,18 +138,20 @@ def train_saes(activations, cfgs) -> list[SparseAutoencoder]:
     groups: dict[tuple, list[int]] = {}
     for i, (x, cfg) in enumerate(zip(data, cfgs)):
         if callable(x) or cfg.resample_dead_every:
-            out[i] = train_sae(x, cfg)
+            out[i] = train_sae(x, cfg, progress=progress)
         else:
             check_tensor("activations", x, ndim=2, shape_doc="(n_samples, d_in)")
             key = (x.shape[1], cfg.d_sae, cfg.tied, cfg.normalize_encoder, cfg.lr, cfg.batch_size, cfg.steps)
             groups.setdefault(key, []).append(i)
     for rows in groups.values():
-        for i, sae in zip(rows, _train_batched([data[i] for i in rows], [cfgs[i] for i in rows])):
+        for i, sae in zip(rows, _train_batched([data[i] for i in rows], [cfgs[i] for i in rows],
+                                                    progress=progress)):
             out[i] = sae
     return out
 
 
-def _train_batched(data: list[Tensor], cfgs: list[SAETrainingConfig]) -> list[SparseAutoencoder]:
+def _train_batched(data: list[Tensor], cfgs: list[SAETrainingConfig], *, progress: bool
+                   ) -> list[SparseAutoencoder]:
     """SAEs of one shape trained together (see :func:`train_saes`); ``K`` models, weights ``(K, ...)``."""
     saes, gens = [], []
     for x, cfg in zip(data, cfgs):  # each SAE's initialisation and generator exactly as train_sae makes them
@@ -172,7 +179,7 @@ def _train_batched(data: list[Tensor], cfgs: list[SAETrainingConfig]) -> list[Sp
         draws.setdefault((id(x), c.seed), []).append(k)
     order = [k for ks in draws.values() for k in ks]
     inverse = torch.argsort(torch.tensor(order))
-    with progress(f"training {len(saes)} SAEs", total=cfg.steps) as bar:
+    with progress_bar(f"training {len(saes)} SAEs", total=cfg.steps, enabled=progress) as bar:
         for _ in range(cfg.steps):
             batches = []
             for ks in draws.values():
@@ -213,14 +220,16 @@ def _train_batched(data: list[Tensor], cfgs: list[SAETrainingConfig]) -> list[Sp
 
 
 def sweep_sae(activations: Tensor, l1_coefficients, ratios, cfg: SAETrainingConfig = SAETrainingConfig(),
-              truth: Tensor | None = None, n_eval: int = 5000) -> list[dict]:
+              truth: Tensor | None = None, n_eval: int = 5000, *, progress: bool = False) -> list[dict]:
     """Train one SAE per (l1 coefficient, dictionary ratio) and report FVU, L0, dead latents,
-    and MMCS / matched similarity when the true features ``truth`` are known."""
+    and MMCS / matched similarity when the true features ``truth`` are known (``progress``: a bar per SAE, as in
+    :func:`train_sae`)."""
     rows = []
     sample = activations[:n_eval]
     for ratio in ratios:
         for l1 in l1_coefficients:
-            sae = train_sae(activations, replace(cfg, d_sae=int(ratio * activations.shape[1]), l1_coefficient=l1))
+            sae = train_sae(activations, replace(cfg, d_sae=int(ratio * activations.shape[1]), l1_coefficient=l1),
+                            progress=progress)
             with torch.no_grad():
                 reconstruction, codes = sae(sample)
             row = {"ratio": ratio, "l1": l1, "fvu": fvu(sample, reconstruction), "l0": l0(codes),

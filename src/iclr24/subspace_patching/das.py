@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import orthogonal
 
 from iclr24.core.checks import check_int, check_tensor
-from iclr24.core.progress import progress
+from iclr24.core.progress import progress as progress_bar
 from iclr24.interp import hook_layer
 
 __all__ = ["DistributedAlignmentSearch", "PatchingPairs", "EndPatcher", "train_das"]
@@ -231,10 +231,11 @@ class _Batch:
 
 
 def train_das(patcher: EndPatcher, k: int = 1, *, epochs: int = 30, lr: float = 0.01, seed: int = 0,
-              ) -> DistributedAlignmentSearch:
+              progress: bool = False) -> DistributedAlignmentSearch:
     """Fit a ``k``-dim DAS subspace at ``patcher``'s hook: Adam, lr decayed linearly per epoch
     toward 0.1x (``LinearLR`` over ``epochs``, as the authors' code: the last epoch runs at
-    ``1 - 0.9 (epochs - 1) / epochs``)."""
+    ``1 - 0.9 (epochs - 1) / epochs``). ``progress``: draw a bar counting the epochs (:mod:`iclr24.core.progress`;
+    off by default, the experiment turns it on under ``iclr24 run``). It changes nothing else."""
     check_int("epochs", epochs, minimum=1)
     das = DistributedAlignmentSearch(patcher.dim, k, seed=seed)
     opt = torch.optim.Adam(das.parameters(), lr=lr)
@@ -244,7 +245,7 @@ def train_das(patcher: EndPatcher, k: int = 1, *, epochs: int = 30, lr: float = 
     for p in frozen:
         p.requires_grad_(False)
     try:
-        with progress(f"DAS at {patcher.hook}", total=epochs) as bar:
+        with progress_bar(f"DAS at {patcher.hook}", total=epochs, enabled=progress) as bar:
             for _ in range(epochs):
                 total = 0.0
                 for i in torch.randperm(len(patcher.batches), generator=gen).tolist():

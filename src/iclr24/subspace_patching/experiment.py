@@ -202,7 +202,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
     for k, seed in enumerate(seeds):
         for kind, hook in (("MLP", mlp_hook), ("resid", resid_hook)):
             p = test_patchers[hook]
-            das = train_das(train_patchers[hook], k=1, epochs=cfg.epochs, lr=cfg.lr, seed=seed)
+            das = train_das(train_patchers[hook], k=1, epochs=cfg.epochs, lr=cfg.lr, seed=seed,
+                            progress=not ctx.quiet)
             v = das.basis[:, 0].detach()
             directions[kind].append(v)
             patches = {"DAS 1-d": lambda w, u, v=v: patch_direction(w, u, v)}
@@ -284,7 +285,8 @@ def reproduce(cfg: Config, ctx: RunContext) -> Result:
                       **{k: dormancy_rows[0][k] for k in dormancy_rows[0] if k != "seed"}}]
     for layer in scan_layers:
         mlp_scan_rows.append(_mlp_case(lm, layer, train_patchers[f"blocks.{layer}.mlp.hook_post"],
-                                       test_patchers[f"blocks.{layer}.mlp.hook_post"], cfg, seeds[0]))
+                                       test_patchers[f"blocks.{layer}.mlp.hook_post"], cfg, seeds[0],
+                                       progress=not ctx.quiet))
         ctx.log(f"MLP{layer}: " + ", ".join(f"{k} {v:.2f}" for k, v in mlp_scan_rows[-1].items() if k != "MLP"))
 
     tables.update({"patches": rows, "seeds": seed_rows, "dormancy": dormancy_rows, "mlp_scan": mlp_scan_rows,
@@ -434,9 +436,11 @@ def shared_prompts(a: PatchingPairs, b: PatchingPairs) -> int:
     return sum(tuple(b.base[i, :int(b.lengths[i])].tolist()) in seen for i in range(len(b)))
 
 
-def _mlp_case(lm, layer: int, train_patcher: EndPatcher, test_patcher: EndPatcher, cfg: Config, seed: int) -> dict:
-    """The MLP analysis at one more layer with one DAS seed: FLDDs on the test pairs and the dormancy statistics."""
-    v = train_das(train_patcher, k=1, epochs=cfg.epochs, lr=cfg.lr, seed=seed).basis[:, 0].detach()
+def _mlp_case(lm, layer: int, train_patcher: EndPatcher, test_patcher: EndPatcher, cfg: Config, seed: int, *,
+              progress: bool) -> dict:
+    """The MLP analysis at one more layer with one DAS seed: FLDDs on the test pairs and the dormancy statistics
+    (``progress``: DAS's bar, :func:`train_das`)."""
+    v = train_das(train_patcher, k=1, epochs=cfg.epochs, lr=cfg.lr, seed=seed, progress=progress).basis[:, 0].detach()
     v_row, v_null = rowspace_nullspace_split(v, lm.mlp_out_weight(layer))
     clean = test_patcher.logit_diff()
     base_h, source_h = test_patcher.end_activations()
