@@ -199,7 +199,7 @@ def run_command(
         from iclr24.llm.base import check_model_spec
 
         try:
-            check_model_spec(llm)
+            check_model_spec(llm, probe=True)  # an openai: server that does not answer is an error now, not later
         except ValueError as err:
             raise _user_error(f"--llm: {err}") from None
         os.environ["ICLR24_LLM"] = llm

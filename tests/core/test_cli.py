@@ -69,6 +69,19 @@ def test_a_run_time_is_wall_and_cpu_seconds():
     assert run_time({}) == ""
 
 
+def test_an_openai_model_with_no_server_is_refused_before_the_run(toys, tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    result = invoke("run", "toy", "--llm", "openai:gpt-x", "--no-report")
+    assert result.exit_code == 2 and result.output.startswith("error: --llm:"), result.output
+    assert f"127.0.0.1:{port}" in result.output and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -271,3 +271,44 @@ def test_a_write_reports_the_checks_as_the_official_tool_does():
     assert fixed == "wrote lib.py\nAll tests passed."
     quiet = Toolbox(FileStore({"test_lib.py": TEST}), enable_tests=False)
     assert quiet(ToolCall("write_files", {"files": [{"path": "lib.py", "contents": BUGGY}]})) == "wrote lib.py"
+
+
+def test_runs_count_their_model_calls_on_a_bar_only_when_asked(monkeypatch):
+    from tests.progress_probe import bars
+
+    recorder = bars(monkeypatch)
+
+    def many():
+        return ScriptedModel(lambda messages, _: tool_call_text("write_plan", steps=["step 0", "step 1"])
+                             if "with write_plan" in messages[-1]["content"] else tool_call_text("list_files"))
+
+    quiet = L2MAC(many(), context_tokens=20000, max_calls_per_step=3).run("Do things.")
+    SingleContext(many(), context_tokens=20000, max_calls=3).run("Do things.")
+    assert recorder.added == []                                  # the default: no bar, even on a terminal
+    loud = L2MAC(many(), context_tokens=20000, max_calls_per_step=3).run("Do things.", progress=True)
+    single = SingleContext(many(), context_tokens=20000, max_calls=3).run("Do things.", progress=True)
+    # L2MAC cannot know its number of calls ahead; the baseline's limit is its total
+    assert recorder.added == [("L2MAC model calls", None), ("single-context model calls", 3)]
+    assert recorder.advanced == {"L2MAC model calls": loud.llm_calls, "single-context model calls": single.llm_calls}
+    assert loud.llm_calls == 1 + 2 * 3 and single.llm_calls == 3
+    assert loud.to_dict() == quiet.to_dict()                     # the bar changes nothing else
+
+
+def test_every_status_and_call_kind_a_run_records_is_one_its_type_names():
+    from typing import get_args
+
+    from iclr24.l2mac.l2mac import CallKind, StepStatus
+
+    task = two_modules()
+    huge = tool_call_text("write_files", files=[{"path": "big.py", "contents": "# x\n" * 300}])
+    overflowing = ScriptedModel(lambda messages, i: tool_call_text("write_plan", steps=["a"]) if i == 0 else
+                                "still working" if messages[-1]["content"] == prompts.OVERFLOW else huge)
+    runs = [L2MAC(SimulatedCoder(task, bug_rate=1.0, seed=0), context_tokens=1280).run(task.spec),   # complete
+            SingleContext(SimulatedCoder(task, bug_rate=1.0, seed=0), context_tokens=1280).run(task.spec),  # full
+            L2MAC(overflowing, context_tokens=2600, reply_tokens=1500, max_retries_per_step=1,
+                  enable_tests=False).run("Write big.py."),                                           # gave_up
+            L2MAC(agent(on_failure=False), context_tokens=8000, max_calls_per_step=4).run("Write lib.py.")]  # limit
+    statuses = {step.status for run in runs for step in run.steps}
+    kinds = {call["kind"] for run in runs for call in run.trace}
+    assert statuses == set(get_args(StepStatus)) - {"running"}
+    assert kinds == set(get_args(CallKind))

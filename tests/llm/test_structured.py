@@ -177,3 +177,119 @@ def test_the_openai_backend_sends_the_format_and_checks_the_answer():
         _Echo.reply = "Sure! Here is the JSON you asked for."
         with pytest.raises(ResponseError, match="did not keep to response_format: .* is not JSON"):
             model.generate(CHAT, response_format=AS_JSON)
+
+
+# --- a class as the format: the reply parsed into it (.parsed), as the openai client's parse() gives it -----------
+
+def _call_class():
+    from typing import Literal
+
+    from pydantic import BaseModel, Field, field_validator
+
+    class Call(BaseModel):
+        tool: Literal["read_file", "write_file", "run_tests"]
+        line: int = Field(ge=1, le=99)
+
+        @field_validator("tool")
+        @classmethod
+        def _not_write(cls, tool):  # more than the schema says: pydantic validates it, jsonschema cannot
+            if tool == "write_file":
+                raise ValueError("this caller never writes")
+            return tool
+
+    return Call
+
+
+def test_a_pydantic_class_gives_the_parsed_instance_and_other_formats_none():
+    Call = _call_class()
+    model = get_model("scripted", outputs=['{"tool": "run_tests", "line": 9}', '{"tool": "run_tests", "line": 9}',
+                                           "Yes", '{"tool": "run_tests", "line": 9}'])
+    out, = model.generate("x", response_format=Call)
+    assert isinstance(out.parsed, Call) and out.parsed == Call(tool="run_tests", line=9)
+    assert model.generate("x", response_format=AS_JSON)[0].parsed is None          # a schema dict: no class
+    assert model.generate("x", response_format={"type": "regex", "pattern": "(Yes|No)"})[0].parsed is None
+    cut, = model.generate("x", max_tokens=5, response_format=Call)                  # unfinished: nothing to parse
+    assert (cut.finish_reason, cut.parsed) == ("length", None)
+    assert get_model("scripted", outputs=["free text"]).generate("x")[0].parsed is None
+
+
+@pytest.mark.parametrize("reply, message", [
+    ('{"tool": "write_file", "line": 3}', "does not validate as Call: tool: Value error, this caller never writes"),
+    ('{"tool": "run_tests", "line": 300}', "does not follow the schema 'Call'"),
+    ("run the tests", "is not JSON"),
+])
+def test_a_reply_the_class_refuses_is_an_error_naming_it(reply, message):
+    with pytest.raises(ValueError, match=message):
+        get_model("scripted", outputs=[reply]).generate("x", response_format=_call_class())
+
+
+def test_a_dataclass_is_parsed_as_the_openai_client_parses_one():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Point:
+        x: int
+        y: int
+
+    fmt = output_format(Point)
+    assert (fmt.name, fmt.model, fmt.spec["required"]) == ("Point", Point, ["x", "y"])
+    assert get_model("scripted", outputs=['{"x": 1, "y": 2}']).generate("x", response_format=Point)[0].parsed == \
+        Point(1, 2)
+
+
+def test_a_class_format_without_pydantic_or_of_another_kind_is_named(monkeypatch):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Point:
+        x: int
+
+    class Plain:
+        x: int
+
+    with pytest.raises(ValueError, match="a class must be a pydantic .*BaseModel subclass or a dataclass"):
+        output_format(Plain)
+    monkeypatch.setitem(__import__("sys").modules, "pydantic", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"response_format=Point \(a class\) needs pydantic.*pip install"):
+        get_model("scripted", outputs=['{"x": 1}']).generate("x", response_format=Point)
+
+
+def test_the_log_records_the_parsed_instance_as_its_fields(tmp_path):
+    from iclr24.llm import LoggedModel
+
+    logged = LoggedModel(get_model("scripted", outputs=['{"tool": "read_file", "line": 2}']), tmp_path / "calls.jsonl")
+    logged.generate("x", response_format=_call_class())
+    record = json.loads((tmp_path / "calls.jsonl").read_text())
+    assert record["outputs"][0]["parsed"] == {"tool": "read_file", "line": 2}
+    assert "Call" in record["kwargs"]["response_format"]                              # the class, by its repr
+
+
+def test_the_openai_backend_sends_the_class_schema_and_parses_the_answer():
+    from iclr24.llm.openai_backend import ResponseError
+
+    Call = _call_class()
+    _Echo.bodies, _Echo.reply = [], '{"tool": "read_file", "line": 4}'
+    with serving(_Echo) as url:
+        model = get_model("openai", model="m", base_url=url, max_retries=0)
+        out, = model.generate(CHAT, response_format=Call)
+        assert out.parsed == Call(tool="read_file", line=4)
+        sent = _Echo.bodies[-1]["response_format"]
+        assert (sent["type"], sent["json_schema"]["name"]) == ("json_schema", "Call")
+        assert sent["json_schema"]["schema"]["required"] == ["tool", "line"]
+        _Echo.reply = '{"tool": "write_file", "line": 4}'
+        with pytest.raises(ResponseError, match="did not keep to response_format: .* does not validate as Call"):
+            model.generate(CHAT, response_format=Call)
+
+
+def test_the_embedded_model_under_a_class_gives_an_instance(embedded):
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Call(BaseModel):  # what the grammar enforces is all it asks: any reply the grammar allows parses
+        tool: Literal["read_file", "write_file", "run_tests"]
+        line: int = Field(ge=1, le=99)
+
+    out, = embedded.generate(CHAT, max_tokens=40, response_format=Call)
+    assert out.finish_reason == "stop" and isinstance(out.parsed, Call)
+    assert out.parsed == Call.model_validate_json(out.text)

@@ -449,3 +449,56 @@ def test_detect_many_batches_explanations_and_each_pairs_votes_and_scores_as_det
     server.capabilities = get_model("scripted", outputs=[]).capabilities              # no logits: a server
     assert [d.score for d in ContradictionDetector(server, n_votes=4).detect_many(items)] == [1.0, 0.0, 0.0]
     assert server.batches == [(2, 0.0)]                          # votes: one request for n answers a pair
+
+
+def test_mitigation_reports_its_passes_and_their_work_only_when_asked(monkeypatch):
+    from tests.progress_probe import bars
+
+    recorder = bars(monkeypatch)
+
+    def protect():
+        analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt else "They differ.")
+        generator = scripted(lambda prompt, i: "Kalo was founded long ago." if field(prompt, "Sentence")
+                             else "Kalo was founded in 1999.")
+        return ChatProtect(generator, analyzer, reviser=generator, n_votes=2, max_rounds=2)
+
+    quiet = protect().mitigate("q", "Kalo was founded in 1642. Nothing else.")
+    assert recorder.added == []                                  # the default: no bar, even on a terminal
+    loud = protect().mitigate("q", "Kalo was founded in 1642. Nothing else.", progress=True)
+    one_pass = [("ChatProtect: triggering alternatives", 2),     # both sentences
+                ("ChatProtect: detecting", 1),                   # "Nothing else." has no triple: one pair
+                ("ChatProtect: revising", 1)]                    # the flagged sentence
+    assert recorder.added == [("ChatProtect passes", 2), *one_pass, *one_pass]
+    assert recorder.advanced == {"ChatProtect passes": 2, "ChatProtect: triggering alternatives": 4,
+                                 "ChatProtect: detecting": 2, "ChatProtect: revising": 2}
+    assert loud == quiet                                         # the bars change nothing else
+    protect().protect("Tell me about Kalo.", progress=True)      # protect() passes the setting on
+    assert recorder.added[len(one_pass) * 2 + 1] == ("ChatProtect passes", 2)
+
+
+def test_the_option_types_name_every_value_the_code_uses():
+    from typing import get_args
+
+    from iclr24.selfcontradiction.chatprotect import Action, DetectionMethod, DetectorMode, TripleSource
+
+    logits = get_model("scripted", outputs=lambda prompt, i: "No", logprobs=lambda ids: TABLE)
+    methods = {ContradictionDetector(logits, mode=mode, n_votes=1).detect("", "a", "b").method
+               for mode in get_args(DetectorMode)}
+    methods |= {SelfCheckDetector(model, mode=mode, n_votes=1).detect("", "a", "b").method
+                for mode in get_args(DetectorMode) for model in (logits, None)}
+    methods.add(ContradictionDetector(logits).detect("", "same", "same").method)
+    assert methods == set(get_args(DetectionMethod))
+    for source in get_args(TripleSource):
+        assert ChatProtect(logits, triples=source).triple_source == source
+    analyzer = scripted(lambda prompt, i: "Yes" if "Answer Yes or No" in prompt else "They differ.")
+    actions = set()
+    for revision in ("Kalo was founded long ago.", "Kalo was founded in 1642."):    # revised, then unchanged
+        generator = scripted(lambda prompt, i: revision if field(prompt, "Sentence") else "Kalo was founded in 1999.")
+        report = ChatProtect(generator, analyzer, reviser=generator, n_votes=1, max_rounds=2).mitigate(
+            "q", "Kalo was founded in 1642. Nothing else.")
+        actions |= {c.action for c in report.checks}                  # and removed in the last pass
+    world, protect = _world_protect()
+    actions |= {c.action for c in protect.protect(f"Tell me about {world.entities[0]}.").checks}   # kept
+    assert actions == set(get_args(Action))
+    with pytest.raises(ValueError, match="mode must be 'votes' or 'logprob', got 'sample'"):
+        SelfCheckDetector(mode="sample")

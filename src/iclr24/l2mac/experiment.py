@@ -233,7 +233,7 @@ def _real_tasks(llm, cfg: Config, ctx: RunContext, timings: dict) -> list[dict]:
         for constrain in modes:
             for task in tasks:
                 start = time.perf_counter()
-                codebase = _real_l2mac(llm, cfg, constrain).run(task.spec)
+                codebase = _real_l2mac(llm, cfg, constrain).run(task.spec, progress=not ctx.quiet)
                 mode = "constrained" if constrain else "free"
                 timings[f"real {task.name} ({mode}) seconds"] = time.perf_counter() - start
                 score = features_percent(dict(codebase.files), task)
@@ -270,7 +270,7 @@ def _humaneval(llm, problems: list[dict], cfg: Config, ctx: RunContext, timings:
             direct = humaneval_passes(problem, direct_completion(llm, problem, max_tokens=cfg.real_reply_tokens))
             spec = (f"Write solution.py with this function, and tests in test_solution.py:\n```python\n"
                     f"{problem['prompt']}```")
-            codebase = _real_l2mac(llm, cfg).run(spec)
+            codebase = _real_l2mac(llm, cfg).run(spec, progress=not ctx.quiet)
             code = _solution(dict(codebase.files), problem)
             l2mac = code is not None and humaneval_passes(problem, code)
             timings[f"humaneval {problem['task_id']} seconds"] = time.perf_counter() - start

@@ -16,15 +16,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from iclr24.core.checks import check_int
+from iclr24.core.progress import progress as progress_bar
 from iclr24.l2mac import prompts
 from iclr24.l2mac.filestore import FileStore
 from iclr24.l2mac.tools import STEP_TOOLS, TOOLS, CheckResult, Toolbox, ToolCallError, parse_tool_call, tool_signatures
 
-__all__ = ["L2MAC", "Codebase", "SingleContext", "StepLog", "detect_cycle", "tool_call_format"]
+__all__ = ["CallKind", "L2MAC", "Codebase", "SingleContext", "StepLog", "StepStatus", "detect_cycle",
+           "tool_call_format"]
+
+#: How a step ended: ``complete`` (its check passed and it was summarised), ``gave_up`` (its overflow retries spent,
+#: or its opening alone overflows), ``call_limit`` (its calls spent), ``context_full`` (the single-context baseline's
+#: conversation no longer fits); ``running`` until then.
+StepStatus = Literal["running", "complete", "gave_up", "call_limit", "context_full"]
+#: What a model call was for, in ``Codebase.trace``: the plan, a step's work, its summary, or the summary that
+#: restarts a step after an overflow.
+CallKind = Literal["plan", "step", "summary", "overflow"]
 
 
 def tool_call_format(names) -> dict:
@@ -50,11 +62,11 @@ def _closed(schema):
 
 @dataclass
 class StepLog:
-    """What happened in one step. ``status``: complete, gave_up (overflow retries spent) or call_limit."""
+    """What happened in one step; ``status`` says how it ended (:data:`StepStatus`)."""
 
     index: int
     instruction: str
-    status: str = "running"
+    status: StepStatus = "running"
     calls: int = 0
     tool_calls: dict[str, int] = field(default_factory=dict)
     parse_failures: int = 0  # finished replies with no valid tool call
@@ -118,6 +130,8 @@ class _Agent:
 
     #: a context with less room than this for the reply has overflowed
     min_reply_tokens = 64
+    #: the run's progress bar while one is open (:meth:`_counting_calls`): every model call counts on it
+    _bar = None
 
     def __init__(self, llm, *, context_tokens: int, reply_tokens: int, timeout_s: float,
                  constrain: bool = True) -> None:
@@ -141,8 +155,9 @@ class _Agent:
     def overflowed(self, messages: list[dict]) -> bool:
         return self.context_tokens - self.tokens(messages) < self.min_reply_tokens
 
-    def _generate(self, messages: list[dict], codebase: Codebase, step: int, kind: str, temperature: float = 0.0,
-                  max_tokens: int | None = None, tools: tuple[str, ...] = (), force: str | None = None):
+    def _generate(self, messages: list[dict], codebase: Codebase, step: int, kind: CallKind,
+                  temperature: float = 0.0, max_tokens: int | None = None, tools: tuple[str, ...] = (),
+                  force: str | None = None):
         """One call; the reply gets the room left in the context, at most ``reply_tokens``. Where the backend
         has native tool calls (``generate_with_tools``: the openai one) ``tools`` go there; else the prompt
         lists them and the call is JSON in the reply's text."""
@@ -166,7 +181,20 @@ class _Agent:
             completion = self.llm.generate(list(messages), max_tokens=room, temperature=temperature,
                                            seed=len(codebase.trace), **constrained)[0]
         codebase.trace[-1]["reply_tokens"] = getattr(completion, "completion_tokens", None)
+        if self._bar is not None:
+            self._bar.advance()
         return completion
+
+    @contextlib.contextmanager
+    def _counting_calls(self, description: str, total: int | None, enabled: bool):
+        """A progress bar (:mod:`iclr24.core.progress`; nothing drawn unless ``enabled``) that counts this run's
+        model calls."""
+        with progress_bar(description, total=total, enabled=enabled) as bar:
+            self._bar = bar
+            try:
+                yield bar
+            finally:
+                self._bar = None
 
     def _parse(self, completion, log: StepLog, messages: list[dict]):
         """The tool call of a reply, or None after telling the model what was wrong. A reply cut at the
@@ -243,23 +271,26 @@ class L2MAC(_Agent):
         self.max_retries_per_step = check_int("max_retries_per_step", max_retries_per_step, minimum=0)
         self.max_calls_per_step = check_int("max_calls_per_step", max_calls_per_step, minimum=1)
 
-    def run(self, task: str, *, progress=None) -> Codebase:
-        """Plan, then run every step; ``progress`` (optional) gets ``advance()`` after each step."""
+    def run(self, task: str, *, progress: bool = False) -> Codebase:
+        """Plan, then run every step. ``progress=True`` draws a bar of the model calls (their number is not known
+        ahead), showing the step under way (:mod:`iclr24.core.progress`; off by default: with a real model a step
+        takes minutes)."""
         if not isinstance(task, str) or not task.strip():
             raise ValueError("task must be a non-empty str")
         codebase = Codebase(FileStore(), plan=[], steps=[])
         toolbox = Toolbox(codebase.files, timeout_s=self.timeout_s, enable_tests=self.enable_tests)
         self.temperature = 0.0  # one value for the whole run, as officially: it carries across steps
         first = {"role": "user", "content": prompts.FIRST.format(task=task)}
-        codebase.plan = self._plan(first, codebase)
-        base = [self._system(STEP_TOOLS), first]
-        summary = ""
-        for index, instruction in enumerate(codebase.plan):
-            log = StepLog(index, instruction)
-            codebase.steps.append(log)
-            summary = self._step(base, log, summary, toolbox, codebase)
-            if progress is not None:
-                progress.advance()
+        with self._counting_calls("L2MAC model calls", None, progress) as bar:
+            bar.advance(0, step="plan")
+            codebase.plan = self._plan(first, codebase)
+            base = [self._system(STEP_TOOLS), first]
+            summary = ""
+            for index, instruction in enumerate(codebase.plan):
+                bar.advance(0, step=f"{index + 1}/{len(codebase.plan)}")
+                log = StepLog(index, instruction)
+                codebase.steps.append(log)
+                summary = self._step(base, log, summary, toolbox, codebase)
         final = Toolbox(codebase.files, timeout_s=self.timeout_s)
         codebase.final_check, codebase.isolation = final.check(), final.isolation
         return codebase
@@ -364,7 +395,10 @@ class SingleContext(_Agent):
                          constrain=constrain)
         self.max_calls = check_int("max_calls", max_calls, minimum=1)
 
-    def run(self, task: str, *, progress=None) -> Codebase:
+    def run(self, task: str, *, progress: bool = False) -> Codebase:
+        """One conversation until the task is complete, the context is full or ``max_calls`` are spent.
+        ``progress=True`` draws a bar of the model calls against ``max_calls`` (:mod:`iclr24.core.progress`; off by
+        default)."""
         if not isinstance(task, str) or not task.strip():
             raise ValueError("task must be a non-empty str")
         codebase = Codebase(FileStore(), plan=[task], steps=[StepLog(0, task)])
@@ -372,25 +406,24 @@ class SingleContext(_Agent):
         messages = [self._system(STEP_TOOLS),
                     {"role": "user", "content": prompts.FIRST.format(task=task) + "\n" + prompts.SINGLE}]
         log.status = "call_limit"
-        while log.calls < self.max_calls:
-            if self.overflowed(messages):
-                log.status = "context_full"
-                break
-            log.calls += 1
-            reply = self._generate(messages, codebase, 0, "step", tools=STEP_TOOLS)
-            messages.append({"role": "assistant", "content": reply.text})
-            call = self._parse(reply, log, messages)
-            if call is None:
-                continue
-            if call.name == "step_complete":
-                if self._check_step(toolbox, log, messages).passed:
-                    log.status = "complete"
+        with self._counting_calls("single-context model calls", self.max_calls, progress):
+            while log.calls < self.max_calls:
+                if self.overflowed(messages):
+                    log.status = "context_full"
                     break
-                continue
-            messages.append({"role": "user", "content": f"Result of {call.name}:\n{toolbox(call)}\n"
-                                                        f"Files: {codebase.files.list()}."})
-        if progress is not None:
-            progress.advance()
+                log.calls += 1
+                reply = self._generate(messages, codebase, 0, "step", tools=STEP_TOOLS)
+                messages.append({"role": "assistant", "content": reply.text})
+                call = self._parse(reply, log, messages)
+                if call is None:
+                    continue
+                if call.name == "step_complete":
+                    if self._check_step(toolbox, log, messages).passed:
+                        log.status = "complete"
+                        break
+                    continue
+                messages.append({"role": "user", "content": f"Result of {call.name}:\n{toolbox(call)}\n"
+                                                            f"Files: {codebase.files.list()}."})
         codebase.final_check = toolbox.check()
         codebase.isolation = toolbox.isolation
         return codebase

@@ -9,8 +9,10 @@
 Backends: ``embedded`` (default), ``hf`` (a local checkpoint folder), ``openai`` (any
 OpenAI-compatible server; litellm-style ``openai/MODEL`` names work too), ``scripted`` (tests only).
 ``generate`` takes ``temperature``, ``top_p``, ``seed``, ``n``, ``stop``, ``system`` (chat prompts)
-``logprobs`` and ``response_format`` (a JSON schema, a pydantic class or a regex the output is forced into;
-``choose(llm, prompt, options)`` picks one of a menu). ``LoggedModel`` records every call;
+``logprobs`` and ``response_format`` (a JSON schema, a pydantic class or a regex the output is forced into; with
+a class each completion's ``.parsed`` is the reply as an instance of it; ``choose(llm, prompt, options)`` picks one
+of a menu). ``check_model_spec(spec, probe=True)`` refuses a spec that cannot run, a served model's unreachable
+server included, before any work. ``LoggedModel`` records every call;
 ``generate_batch(llm, prompts)`` decodes many prompts together where the backend can, and
 ``format_chat(llm, messages)`` renders chat messages into the text a model continues, and
 ``load_torch_model()`` gives the embedded model's torch module and tokenizer (for ``iclr24.interp``).
@@ -24,6 +26,8 @@ from iclr24.llm.base import (
     LoggedModel,
     apply_stop,
     check_messages,
+    check_model_spec,
+    check_reachable,
     format_chat,
     generate_batch,
     get_model,
@@ -37,6 +41,6 @@ from iclr24.llm.base import (
 from iclr24.llm.structured import Choice, OutputFormat, choose, output_format
 
 __all__ = ["BACKENDS", "Capabilities", "Choice", "Completion", "LanguageModel", "LoggedModel", "OutputFormat",
-           "apply_stop", "check_messages", "choose", "format_chat", "generate_batch", "get_model", "load_torch_model",
-           "logprobs_available", "output_format", "reply_logprobs", "require_logprobs", "stand_in_reason",
-           "with_system"]
+           "apply_stop", "check_messages", "check_model_spec", "check_reachable", "choose", "format_chat",
+           "generate_batch", "get_model", "load_torch_model", "logprobs_available", "output_format", "reply_logprobs",
+           "require_logprobs", "stand_in_reason", "with_system"]

@@ -7,12 +7,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["BACKENDS", "Capabilities", "Completion", "LanguageModel", "LoggedModel", "Prompt", "apply_stop",
-           "check_messages", "check_model_spec",
+           "check_messages", "check_model_spec", "check_reachable",
            "decode_tokens", "format_chat", "generate_batch", "get_model", "load_torch_model", "logprobs_available",
            "require_logprobs", "sample_token",
            "with_system", "reply_logprobs"]
@@ -43,6 +43,10 @@ class Completion:
     ``tokens`` and ``logprobs`` (with ``generate(..., logprobs=True)`` on a backend that has them):
     the generated tokens as text and log p(token | everything before it) under the model, before
     any temperature or top-p reshaping; None otherwise.
+
+    ``parsed``: with a pydantic model class as ``response_format``, the text validated into an instance of it, as
+    the openai client's ``beta.chat.completions.parse`` gives it; None for any other format, and for a text cut
+    off by ``max_tokens`` (finish reason ``length``: an unfinished format parses into nothing).
     """
 
     text: str
@@ -52,6 +56,8 @@ class Completion:
     duration_s: float
     tokens: tuple[str, ...] | None = None
     logprobs: tuple[float, ...] | None = None
+    # derived from the text; left out of == and hash(), as a pydantic instance has no hash
+    parsed: Any = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -270,11 +276,13 @@ def _split_spec(spec: str) -> tuple[str, str]:
     return name, argument
 
 
-def check_model_spec(spec: str) -> None:
+def check_model_spec(spec: str, *, probe: bool = False) -> None:
     """Refuse a model spec (as ``--llm`` and ``$ICLR24_LLM`` give it) that cannot load, before anything runs.
 
     Checks what can be checked without loading a model: the backend exists, a served model is named, a
-    checkpoint folder or GGUF file exists, an embedded model is one that ships.
+    checkpoint folder or GGUF file exists, an embedded model is one that ships. ``probe=True`` also asks a served
+    model's server, once, whether it is there (:func:`check_reachable`), so that ``openai:MODEL`` with no server
+    fails here and not after a run has started.
     """
     name, argument = _split_spec(spec)
     if name not in BACKENDS or name == "scripted":
@@ -291,6 +299,24 @@ def check_model_spec(spec: str) -> None:
 
         if argument not in EMBEDDED:
             raise ValueError(f"{spec!r}: unknown embedded model {argument!r}; expected one of {sorted(EMBEDDED)}")
+    if probe:
+        check_reachable(spec)
+
+
+#: Seconds the reachability probe waits to connect to a server, and then for its answer.
+PROBE_TIMEOUT_S = 3.0
+
+
+def check_reachable(spec: str, *, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """For a served model (``openai:MODEL``, or litellm's ``openai/MODEL``), one short request to its server,
+    ``GET $OPENAI_BASE_URL/models`` (:func:`iclr24.llm.openai_backend.probe_server`): a ValueError naming the URL
+    and what to do when nothing answers there, the key is refused or the URL lacks the API's path. The other
+    backends run in this process: there is nothing to reach."""
+    name, _ = _split_spec(spec)
+    if name == "openai":
+        from iclr24.llm.openai_backend import probe_server
+
+        probe_server(timeout=timeout)
 
 
 def get_model(name: str | None = None, **options) -> LanguageModel:
@@ -382,7 +408,7 @@ class LoggedModel:
                           "prompt": prompt if isinstance(prompt, str) else list(prompt),
                           "kwargs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()},
                           "outputs": [asdict(o) for o in outputs]}
-                f.write(json.dumps(record, default=repr) + "\n")  # a pydantic response_format class: its repr
+                f.write(json.dumps(record, default=_jsonable) + "\n")
 
     def __getattr__(self, name: str) -> Callable:
         attr = getattr(self.model, name)
@@ -394,3 +420,10 @@ class LoggedModel:
                 return output
             return logged
         return attr
+
+
+def _jsonable(value: Any) -> Any:
+    """What a log record holds for a value JSON cannot: a pydantic instance (``Completion.parsed``) as its fields,
+    anything else (a pydantic ``response_format`` class) as its repr."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) and not isinstance(value, type) else repr(value)

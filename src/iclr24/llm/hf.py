@@ -239,10 +239,10 @@ class HFModel:
                 hit_eos = bool(new) and new[-1] == self.tokenizer.eos_token_id
                 finish = "stop" if cut or hit_eos or len(new) < max_tokens else "length"
                 text = text[: min(cut)] if cut else text
-                check_complete(fmt, text, finish)
+                parsed = check_complete(fmt, text, finish)
                 scored = self._scored_tokens(new, out.logits, len(text)) if logprobs else (None, None)
                 results.append(Completion(text, finish, ids.shape[1], len(new), time.perf_counter() - start,
-                                          *scored))
+                                          *scored, parsed=parsed))
         finally:
             torch.set_num_threads(previous)
         return results

@@ -18,7 +18,7 @@ import torch
 
 from iclr24.llm.base import Capabilities, Completion, Prompt, check_generate_args, with_system
 from iclr24.llm.hf import EMBEDDED
-from iclr24.llm.structured import output_format
+from iclr24.llm.structured import check_complete, output_format
 
 __all__ = ["LlamaCppModel"]
 
@@ -82,7 +82,7 @@ class LlamaCppModel:
             usage = out.get("usage") or {}
             finish = "length" if out["choices"][0].get("finish_reason") == "length" else "stop"
             results.append(Completion(text, finish, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                                      time.perf_counter() - start, *scored))
+                                      time.perf_counter() - start, *scored, parsed=check_complete(fmt, text, finish)))
         return results
 
     def next_token_logprobs(self, token_ids: Sequence[int]) -> torch.Tensor:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import http.client
 import itertools
 import json
 import logging
@@ -33,11 +34,14 @@ import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 import zlib
 from collections.abc import Mapping, Sequence
 
 from iclr24.core.checks import check_int
 from iclr24.llm.base import (
+    PROBE_TIMEOUT_S,
     Capabilities,
     Completion,
     Prompt,
@@ -48,7 +52,8 @@ from iclr24.llm.base import (
 )
 from iclr24.llm.structured import check_complete, output_format
 
-__all__ = ["InvalidToolCallError", "OpenAIModel", "RateLimitError", "ResponseError", "ServerError"]
+__all__ = ["InvalidToolCallError", "OpenAIModel", "RateLimitError", "ResponseError", "ServerError",
+           "probe_server"]
 
 #: The largest response body read (bytes), counted after decompression: a completion is text; a server sending
 #: more is not answering.
@@ -171,11 +176,11 @@ class OpenAIModel:
         completions = [_cut_at_stop(Completion(text, _finish(choice), prompt_tokens, count, duration,
                                                *(score if logprobs else (None, None))), stop)
                        for text, choice, score, count in zip(texts, choices, scored, counts)]
-        for completion in completions:
-            try:
-                check_complete(fmt, completion.text, completion.finish_reason)
-            except ValueError as err:
-                raise ResponseError(f"the server at {self._server} did not keep to response_format: {err}") from None
+        try:
+            completions = [dataclasses.replace(c, parsed=check_complete(fmt, c.text, c.finish_reason))
+                           for c in completions]
+        except ValueError as err:
+            raise ResponseError(f"the server at {self._server} did not keep to response_format: {err}") from None
         if len(completions) < n:  # the server ignores n (transformers serve does): the rest one request each
             missing = n - len(completions)
             _log.warning("the server at %s sent %d choice(s) for n=%d; asking for the other %d one at a time",
@@ -415,6 +420,61 @@ class OpenAIModel:
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
+
+
+#: Where the openai client sends requests when neither ``base_url`` nor ``$OPENAI_BASE_URL`` says.
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_SERVER_HINT = ("start the server, or set $OPENAI_BASE_URL to its address with the API's path (e.g. "
+                "http://localhost:8000/v1 for vLLM, http://localhost:8080/v1 for llama.cpp's server, "
+                "http://localhost:11434/v1 for Ollama)")
+
+
+def probe_server(base_url: str | None = None, api_key: str | None = None, *,
+                 timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse, before any work, an OpenAI-compatible server that cannot serve a run: one ``GET {base_url}/models``
+    (the list every such server has), waiting at most ``timeout`` seconds to connect and as long for an answer.
+
+    A :class:`ValueError` naming the URL and what to do when nothing answers there (refused, unknown host, no
+    answer in time), when the server refuses the key (401, 403) or has no ``/models`` (404: the URL often lacks its
+    ``/v1``), and when the URL is not an http(s) one. Any other answer, an error status included, shows a server
+    there; the run's own requests report what it says. ``base_url`` and ``api_key`` default as the backend's do
+    (``$OPENAI_BASE_URL``, else OpenAI's; ``$OPENAI_API_KEY``). Redirects are not followed: the key stays here.
+    """
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    base = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    url = f"{base}/models"
+    if not re.match(r"https?://[^/\s]", base):
+        raise ValueError(f"the OpenAI-compatible server's address {base!r} ($OPENAI_BASE_URL) is not an http(s) URL: "
+                         f"{_SERVER_HINT}")
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}", "Accept": "application/json"})
+    try:
+        with urllib.request.build_opener(_NoRedirect).open(request, timeout=timeout):
+            return
+    except urllib.error.HTTPError as err:  # the server answered
+        err.close()
+        if err.code in (401, 403):
+            raise ValueError(f"the server at {base} refused the API key ({err.code} for GET {url}): set "
+                             f"$OPENAI_API_KEY to a key it accepts") from None
+        if err.code == 404:
+            raise ValueError(f"the server at {base} has no model list (404 for GET {url}): is the API's path "
+                             f"missing from $OPENAI_BASE_URL? e.g. http://localhost:8000/v1, not "
+                             f"http://localhost:8000") from None
+    except (OSError, ValueError, http.client.HTTPException) as err:  # refused, unknown host, no answer, reset
+        cause = err.reason if isinstance(err, urllib.error.URLError) else err
+        if isinstance(cause, TimeoutError):
+            raise ValueError(f"no answer from {url} within {timeout:g} s: is the server up and listening there? "
+                             f"{_SERVER_HINT}") from err
+        raise ValueError(f"cannot reach an OpenAI-compatible server at {base} (GET {url}: "
+                         f"{type(cause).__name__}: {cause}): {_SERVER_HINT}") from err
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer (the server is there); following it could send the key elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
 
 
 class ResponseError(RuntimeError):

@@ -57,9 +57,9 @@ class ScriptedModel:
             text, stopped = apply_stop(raw, stop)
             finish = "stop" if stopped or len(text) <= max_tokens else "length"
             text = text[:max_tokens]
-            check_complete(fmt, text, finish)
+            parsed = check_complete(fmt, text, finish)
             scored = (tuple(text), (0.0,) * len(text)) if logprobs else (None, None)
-            results.append(Completion(text, finish, len(str(prompt)), len(text), 0.0, *scored))
+            results.append(Completion(text, finish, len(str(prompt)), len(text), 0.0, *scored, parsed=parsed))
         return results
 
     def next_token_logprobs(self, token_ids: Sequence[int]):

@@ -8,7 +8,9 @@
     choose(llm, messages, ["go to the kitchen", "send a message"])      # one of the options, always
 
 ``response_format`` takes OpenAI's shapes (``{"type": "json_schema", "json_schema": {"name", "schema"}}``, and
-``{"type": "json_object"}``: any JSON object), a pydantic model class, or ``{"type": "regex", "pattern": ...}``.
+``{"type": "json_object"}``: any JSON object), a class (a pydantic model or a dataclass, as the openai client's
+``beta.chat.completions.parse`` takes them: each completion's ``.parsed`` is then the reply validated into an
+instance), or ``{"type": "regex", "pattern": ...}``.
 Local transformers backends enforce it token by token with llguidance's grammar engine as a logits processor (the
 disallowed tokens' logits set to -inf, so the constrained distribution is the model's renormalised over the allowed
 tokens); the openai backend sends it to the server (``response_format``, or vLLM's ``guided_json`` /
@@ -19,6 +21,8 @@ off by ``max_tokens`` comes back with finish reason ``length``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -31,18 +35,25 @@ __all__ = ["Choice", "OutputFormat", "choose", "output_format"]
 @dataclass(frozen=True)
 class OutputFormat:
     """A normalised ``response_format``: ``kind`` is ``"json_schema"`` (``spec`` a schema dict) or ``"regex"``
-    (``spec`` a pattern matched in full)."""
+    (``spec`` a pattern matched in full). ``model``: the class a JSON schema was built from (a pydantic model or a
+    dataclass), which a finished text is parsed into; None otherwise."""
 
     kind: str
     spec: Any
     name: str = "output"
+    model: type | None = None
 
     def validate(self, text: str) -> None:
         """Raise ValueError naming the format when ``text`` is not in it."""
+        self.parse(text)
+
+    def parse(self, text: str) -> Any:
+        """``text`` checked against the format (a ValueError naming the format when it is not in it); for a format
+        given as a class, the instance pydantic validates the text into, else None."""
         if self.kind == "regex":
             if re.fullmatch(self.spec, text, flags=re.DOTALL) is None:
                 raise ValueError(f"{text!r} does not match the regex {self.spec!r}")
-            return
+            return None
         try:
             value = json.loads(text)
         except json.JSONDecodeError as err:
@@ -53,6 +64,17 @@ class OutputFormat:
             jsonschema.validate(value, self.spec)
         except jsonschema.ValidationError as err:
             raise ValueError(f"{text[:200]!r} does not follow the schema {self.name!r}: {err.message}") from None
+        if self.model is None:
+            return None
+        # the schema says what the grammar allows; the class may ask for more (a validator, a strict type)
+        from pydantic import ValidationError
+
+        try:
+            return _adapter(self.model).validate_json(text)
+        except ValidationError as err:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the object'}: {e['msg']}"
+                                 for e in err.errors()[:5])
+            raise ValueError(f"{text[:200]!r} does not validate as {self.name}: {problems}") from None
 
     def to_openai(self) -> dict:
         """The request field an OpenAI-style server reads."""
@@ -81,9 +103,8 @@ def output_format(response_format) -> OutputFormat | None:
         return None
     if isinstance(response_format, OutputFormat):
         return response_format
-    schema_of = getattr(response_format, "model_json_schema", None)
-    if isinstance(response_format, type) and callable(schema_of):  # a pydantic model class
-        return OutputFormat("json_schema", schema_of(), response_format.__name__)
+    if isinstance(response_format, type):
+        return _class_format(response_format)
     if isinstance(response_format, dict):
         kind = response_format.get("type")
         if kind == "json_object" and set(response_format) == {"type"}:
@@ -100,9 +121,36 @@ def output_format(response_format) -> OutputFormat | None:
                                  f"expression ({err})") from None
             return OutputFormat("regex", response_format["pattern"])
     raise ValueError(f"response_format must be {{'type': 'json_schema', 'json_schema': {{'name': ..., 'schema': "
-                     f"{{...}}}}}}, {{'type': 'json_object'}}, a pydantic model class, or {{'type': 'regex', "
-                     f"'pattern': ...}}; "
-                     f"got {response_format!r}")
+                     f"{{...}}}}}}, {{'type': 'json_object'}}, a pydantic model class or a dataclass, or "
+                     f"{{'type': 'regex', 'pattern': ...}}; got {response_format!r}")
+
+
+def _class_format(cls: type) -> OutputFormat:
+    """The JSON-schema format of a pydantic model class or a dataclass (the classes the openai client's ``parse``
+    takes), whose finished texts are parsed into instances of it."""
+    try:
+        import pydantic
+    except ImportError:
+        raise ImportError(f"response_format={cls.__name__} (a class) needs pydantic, which builds the class's JSON "
+                          f"schema and parses each reply into it: pip install 'iclr24[llm]' (or 'pydantic>=2'); or "
+                          f"pass the schema as {{'type': 'json_schema', 'json_schema': {{'name': ..., 'schema': "
+                          f"{{...}}}}}}") from None
+    if not (issubclass(cls, pydantic.BaseModel) or dataclasses.is_dataclass(cls)):
+        raise ValueError(f"response_format={cls.__name__}: a class must be a pydantic (v2) BaseModel subclass or a "
+                         f"dataclass, as for the openai client's parse(); got {cls!r}")
+    try:
+        schema = _adapter(cls).json_schema()
+    except pydantic.PydanticUserError as err:  # a field type with no JSON schema
+        raise ValueError(f"response_format={cls.__name__}: pydantic cannot build its JSON schema ({err})") from None
+    return OutputFormat("json_schema", schema, cls.__name__, cls)
+
+
+@functools.lru_cache(maxsize=64)
+def _adapter(cls: type):
+    """pydantic's validator and schema builder for ``cls``, built once per class."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls)
 
 
 def require_grammar(model, fmt: OutputFormat | None) -> None:
@@ -113,11 +161,14 @@ def require_grammar(model, fmt: OutputFormat | None) -> None:
                          f"'iclr24[llm]'; llamacpp and OpenAI-compatible servers can)")
 
 
-def check_complete(fmt: OutputFormat | None, text: str, finish_reason: str) -> None:
-    """A finished text is in the format. One cut off by ``max_tokens`` (finish ``length``) is a prefix of the format
-    and is returned as such, as OpenAI's API does: its finish reason says it is incomplete."""
-    if fmt is not None and finish_reason != "length":
-        fmt.validate(text)
+def check_complete(fmt: OutputFormat | None, text: str, finish_reason: str) -> Any:
+    """A finished text is in the format; returns what it parses into (``Completion.parsed``: an instance of the
+    class the format was given as, else None). One cut off by ``max_tokens`` (finish ``length``) is a prefix of the
+    format and is returned as such, as OpenAI's API does: its finish reason says it is incomplete, and it parses
+    into None."""
+    if fmt is None or finish_reason == "length":
+        return None
+    return fmt.parse(text)
 
 
 class GrammarConstraint:

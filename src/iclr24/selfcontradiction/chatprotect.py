@@ -19,13 +19,24 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from iclr24.core import check_int, check_number
+from iclr24.core.progress import progress as progress_bar
 from iclr24.llm.base import require_logprobs
 from iclr24.selfcontradiction.sentences import Triple, parse_triples, rule_based_triple, split_sentences
 
-__all__ = ["ChatProtect", "ContradictionDetector", "Detection", "ProtectReport", "SentenceCheck", "Trigger",
-           "alternative_messages", "yes_probability"]
+__all__ = ["Action", "ChatProtect", "ContradictionDetector", "Detection", "DetectionMethod", "DetectorMode",
+           "ProtectReport", "SentenceCheck", "TripleSource", "Trigger", "alternative_messages", "yes_probability"]
+
+#: How a detector scores a pair: sampled Yes/No ``votes``, or P(Yes) read from the next-token ``logprob``.
+DetectorMode = Literal["votes", "logprob"]
+#: Where a sentence's triples come from: ``rule_based_triple`` (``rule``) or the generator, few-shot (``llm``).
+TripleSource = Literal["rule", "llm"]
+#: How a :class:`Detection` was scored (the word-overlap and SelfCheck ones come from ``SelfCheckDetector``).
+DetectionMethod = Literal["votes", "logprob", "identical", "word-overlap", "selfcheck-votes", "selfcheck-logprob"]
+#: What mitigation did with a checked sentence.
+Action = Literal["kept", "revised", "unchanged", "removed"]
 
 # The trigger prompt, in the authors' structure (``generate_statement_missing_object_free``): a system prompt,
 # three worked examples as earlier turns (an answer with a prefix, a question's answer, an empty prefix), then the
@@ -164,7 +175,7 @@ class Detection:
     score: float
     explanation: str = ""
     votes: tuple[bool | None, ...] = ()
-    method: str = "votes"
+    method: DetectionMethod = "votes"
 
     @property
     def unparsed(self) -> int:
@@ -178,10 +189,9 @@ class ContradictionDetector:
     skips the explanation (cheaper, usually weaker). Unparseable votes count as No.
     """
 
-    def __init__(self, analyzer, *, n_votes: int = 10, mode: str = "votes", explain: bool = True,
+    def __init__(self, analyzer, *, n_votes: int = 10, mode: DetectorMode = "votes", explain: bool = True,
                  explanation_tokens: int = 160, seed: int = 0) -> None:
-        if mode not in ("votes", "logprob"):
-            raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
+        check_choice("mode", mode, DetectorMode)
         _require_model("analyzer", analyzer)
         if mode == "logprob":
             require_logprobs(analyzer, "ContradictionDetector(mode='logprob')")
@@ -278,6 +288,14 @@ def _conclusion(question: dict[str, str], explanation: str) -> list[dict[str, st
             {"role": "user", "content": CONCLUDE_PROMPT}]
 
 
+def check_choice(name: str, value, choices) -> None:
+    """Refuse a ``value`` that is not one of the ``Literal`` type ``choices``, naming them."""
+    options = get_args(choices)
+    if value not in options:
+        listed = " or ".join(map(repr, options)) if len(options) == 2 else f"one of {', '.join(map(repr, options))}"
+        raise ValueError(f"{name} must be {listed}, got {value!r}")
+
+
 def _require_model(name: str, model) -> None:
     if not callable(getattr(model, "generate", None)):
         raise TypeError(f"{name} must be a language model with generate() (iclr24.llm), got {type(model).__name__}")
@@ -311,7 +329,7 @@ class SentenceCheck:
     trigger: Trigger
     detection: Detection
     flagged: bool
-    action: str = "kept"
+    action: Action = "kept"
     revision: str = ""
 
 
@@ -353,10 +371,10 @@ class ChatProtect:
     """
 
     def __init__(self, generator, analyzer=None, *, reviser=None, n_votes: int = 10, threshold: float = 0.5,
-                 detector=None, triples: str = "rule", max_rounds: int = 4, drop_when_all_flagged: bool = True,
-                 alternative_temperature: float = 0.0, alternative_tokens: int = 60, seed: int = 0) -> None:
-        if triples not in ("rule", "llm"):
-            raise ValueError(f"triples must be 'rule' or 'llm', got {triples!r}")
+                 detector=None, triples: TripleSource = "rule", max_rounds: int = 4,
+                 drop_when_all_flagged: bool = True, alternative_temperature: float = 0.0, alternative_tokens: int = 60,
+                 seed: int = 0) -> None:
+        check_choice("triples", triples, TripleSource)
         _require_model("generator", generator)
         for name, model in (("analyzer", analyzer), ("reviser", reviser)):
             if model is not None:
@@ -395,49 +413,74 @@ class ChatProtect:
         sentences = split_sentences(reply.strip())
         return sentences[0] if sentences else ""
 
-    def trigger(self, prompt: str, text: str) -> list[Trigger]:
+    def trigger(self, prompt: str, text: str, *, progress: bool = False) -> list[Trigger]:
+        """Every sentence's triples and the generator's alternative for each; ``progress=True`` draws a bar of the
+        sentences (:mod:`iclr24.core.progress`)."""
         sentences = split_sentences(text)
         out = []
-        for i, sentence in enumerate(sentences):
-            prefix = " ".join(sentences[:i])
-            for triple in self.triples(sentence):
-                out.append(Trigger(i, sentence, prefix, triple, self.alternative(prompt, prefix, triple)))
+        with progress_bar("ChatProtect: triggering alternatives", total=len(sentences), enabled=progress) as bar:
+            for i, sentence in enumerate(sentences):
+                prefix = " ".join(sentences[:i])
+                for triple in self.triples(sentence):
+                    out.append(Trigger(i, sentence, prefix, triple, self.alternative(prompt, prefix, triple)))
+                bar.advance()
         return out
 
     # -- detect ----------------------------------------------------------------------------------------------
     def detect(self, context: str, a: str, b: str) -> Detection:
         return self.detector.detect(context, a, b)
 
-    def check(self, prompt: str, text: str, round: int = 1) -> list[SentenceCheck]:
+    def check(self, prompt: str, text: str, round: int = 1, *, progress: bool = False) -> list[SentenceCheck]:
+        """Trigger, then detect every (sentence, alternative) pair; ``progress=True`` draws a bar for each."""
+        triggers = [t for t in self.trigger(prompt, text, progress=progress) if t.alternative]
         checks = []
-        for trig in self.trigger(prompt, text):
-            if not trig.alternative:
-                continue
-            detection = self.detect(" ".join(filter(None, (prompt, trig.prefix))), trig.sentence, trig.alternative)
-            checks.append(SentenceCheck(round, trig, detection, detection.score > self.threshold))
+        with progress_bar("ChatProtect: detecting", total=len(triggers), enabled=progress) as bar:
+            for trig in triggers:
+                detection = self.detect(" ".join(filter(None, (prompt, trig.prefix))), trig.sentence,
+                                        trig.alternative)
+                checks.append(SentenceCheck(round, trig, detection, detection.score > self.threshold))
+                bar.advance(flagged=sum(c.flagged for c in checks))
         return checks
 
     # -- mitigate --------------------------------------------------------------------------------------------
-    def mitigate(self, prompt: str, text: str) -> ProtectReport:
+    def mitigate(self, prompt: str, text: str, *, progress: bool = False) -> ProtectReport:
+        """Check and revise ``text`` pass by pass (see the class). ``progress=True`` draws a bar of the passes and,
+        within each, one of its sentences triggered, pairs detected and sentences revised
+        (:mod:`iclr24.core.progress`; off by default: with a real model each pass takes minutes)."""
         for name, value in (("prompt", prompt), ("text", text)):
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         report = ProtectReport(prompt, text, text)
-        for r in range(1, self.max_rounds + 1):
-            checks = self.check(prompt, report.text, round=r)
-            report.rounds = r
-            by_sentence: dict[int, list[SentenceCheck]] = {}
-            for c in checks:
-                by_sentence.setdefault(c.trigger.index, []).append(c)
-            if not any(c.flagged for c in checks):
-                report.checks.extend(checks)
-                break
-            sentences = split_sentences(report.text)
+        with progress_bar("ChatProtect passes", total=self.max_rounds, enabled=progress) as passes:
+            for r in range(1, self.max_rounds + 1):
+                checks = self.check(prompt, report.text, round=r, progress=progress)
+                report.rounds = r
+                by_sentence: dict[int, list[SentenceCheck]] = {}
+                for c in checks:
+                    by_sentence.setdefault(c.trigger.index, []).append(c)
+                if not any(c.flagged for c in checks):
+                    report.checks.extend(checks)
+                    passes.advance(flagged=0)
+                    break
+                sentences = split_sentences(report.text)
+                self._revise_flagged(prompt, r, by_sentence, sentences, report, progress)
+                passes.advance(flagged=sum(c.flagged for c in checks))
+                report.text = " ".join(s for s in sentences if s)
+                if not report.text:
+                    break
+        return report
+
+    def _revise_flagged(self, prompt: str, round: int, by_sentence: dict[int, list[SentenceCheck]],
+                        sentences: list[str], report: ProtectReport, progress: bool) -> None:
+        """One pass's mitigation: each sentence with a flagged pair revised (or removed) in ``sentences``, and every
+        check recorded in ``report`` with what was done."""
+        flagged_sentences = sum(any(c.flagged for c in group) for group in by_sentence.values())
+        with progress_bar("ChatProtect: revising", total=flagged_sentences, enabled=progress) as bar:
             for index, group in by_sentence.items():
                 flagged = [c for c in group if c.flagged]
                 if flagged:
-                    remove = r == self.max_rounds or (self.drop_when_all_flagged and len(group) > 1
-                                                      and len(flagged) == len(group))
+                    remove = round == self.max_rounds or (self.drop_when_all_flagged and len(group) > 1
+                                                          and len(flagged) == len(group))
                     sentence = "" if remove else group[0].trigger.sentence
                     for c in flagged:                       # one revision per conflict, each on the last
                         if not sentence:
@@ -448,11 +491,8 @@ class ChatProtect:
                         "unchanged" if sentence == group[0].trigger.sentence else "revised")
                     group = [SentenceCheck(c.round, c.trigger, c.detection, True, action, sentence) if c.flagged
                              else c for c in group]
+                    bar.advance()
                 report.checks.extend(group)
-            report.text = " ".join(s for s in sentences if s)
-            if not report.text:
-                break
-        return report
 
     def revise(self, prompt: str, trig: Trigger, sentence: str | None = None) -> str:
         """The reviser's rewrite of ``sentence`` (default ``trig.sentence``) without what conflicts with
@@ -465,11 +505,12 @@ class ChatProtect:
             return ""
         return sentences[0]
 
-    def protect(self, prompt: str, *, max_tokens: int = 200) -> ProtectReport:
-        """Generate an answer to ``prompt`` and return it checked and mitigated."""
+    def protect(self, prompt: str, *, max_tokens: int = 200, progress: bool = False) -> ProtectReport:
+        """Generate an answer to ``prompt`` and return it checked and mitigated (``progress``: as
+        :meth:`mitigate`)."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError(f"prompt must be a non-empty str, got {prompt!r}")
-        return self.mitigate(prompt, self._generate(prompt, max_tokens=max_tokens).strip())
+        return self.mitigate(prompt, self._generate(prompt, max_tokens=max_tokens).strip(), progress=progress)
 
     def _generate(self, prompt, *, max_tokens: int, temperature: float = 0.0) -> str:
         self.generator_calls += 1

@@ -18,7 +18,15 @@ from pathlib import Path
 
 from iclr24.core import check_int, check_number
 from iclr24.llm.base import require_logprobs
-from iclr24.selfcontradiction.chatprotect import Detection, as_chat, check_statements, parse_yes_no, yes_probability
+from iclr24.selfcontradiction.chatprotect import (
+    Detection,
+    DetectorMode,
+    as_chat,
+    check_choice,
+    check_statements,
+    parse_yes_no,
+    yes_probability,
+)
 
 __all__ = ["LabelledPair", "SelfCheckDetector", "load_pairs", "precision_recall_f1", "score_pairs"]
 
@@ -106,9 +114,8 @@ class SelfCheckDetector:
     Same ``detect(context, a, b)`` interface as ``ContradictionDetector``.
     """
 
-    def __init__(self, analyzer=None, *, n_votes: int = 10, mode: str = "votes", seed: int = 0) -> None:
-        if mode not in ("votes", "logprob"):
-            raise ValueError(f"mode must be 'votes' or 'logprob', got {mode!r}")
+    def __init__(self, analyzer=None, *, n_votes: int = 10, mode: DetectorMode = "votes", seed: int = 0) -> None:
+        check_choice("mode", mode, DetectorMode)
         if mode == "logprob" and analyzer is not None:
             require_logprobs(analyzer, "SelfCheckDetector(mode='logprob')")
         self.analyzer, self.mode, self.seed = analyzer, mode, seed

@@ -8,12 +8,13 @@ generator describes fictional places (known facts stated the same way each time,
 simulated analyser with a set error rate judges the pairs; ChatProtect triggers, detects and mitigates, and
 the ground truth scores it.
 
-Replicates are independent prompts: for detection, the labelled pairs, a fixed set a seed group counts once
-(precision and recall as rates over them, and per-pair correctness against always-Yes and the SelfCheck prompt on
-the same pairs); for the pipeline, the fictional places a seed draws (one prompt each), where mitigation's
-informativeness and removal are paired with a baseline that deletes every flagged sentence. What the simulation's
-construction guarantees (the last pass removes what it still flags, the flagged rate follows the configured one,
-most contradictions go) is a sanity check, not a claim.
+Replicates are independent prompts: for detection, the labelled pairs' contexts (55 hand-written contexts, each with
+a contradictory and a consistent pair: the two share the context's sentence and are not independent), a fixed set
+a seed group counts once (precision and recall over the pairs, and per-pair correctness against always-Yes and the
+SelfCheck prompt on the same pairs, each averaged within a context first); for the pipeline, the fictional places a
+seed draws (one prompt each), where mitigation's informativeness and removal are paired with a baseline that
+deletes every flagged sentence. What the simulation's construction guarantees (the last pass removes what it still
+flags, the flagged rate follows the configured one, most contradictions go) is a sanity check, not a claim.
 
 The detection claim is about the configured model (``--llm``); the embedded 135M model (or a scripted one) stands
 in for the paper's ChatGPT and marks it a stand-in. The mitigation claim is always a stand-in: simulated models.
@@ -66,6 +67,9 @@ PROMPTS = ("Please tell me about the Eiffel Tower.", "Please tell me about the r
 DETECT_BAR = 0.75  # precision and recall each above 0.75 (paper: P 84.2, R 83.2)
 BASELINE_MARGIN = 0.0  # and more pairs judged right than flagging every pair, and than the SelfCheck prompt
 VOTES_JUDGED_AT = 30  # the paper's detector (explanation + votes) is the one judged once it has scored 30 pairs
+# The unit of the detection evidence: a labelled pair's context (its two pairs share a sentence). Before #61 each
+# pair was a unit; the margins and definitions are unchanged.
+CONTEXTS = "contexts of labelled pairs"
 DETECT_REVISION = ("F1 >= 0.75 -> precision and recall each > 0.75 (migration), plus more pairs right than always-Yes "
                    "and SelfCheck on the voted detector's 30 pairs (#49), each after SmolLM2's results; all stricter")
 # Mitigation (the claim), "revised", paired over places against deleting every sentence flagged in the first pass.
@@ -307,7 +311,7 @@ def _detection(cfg: Config, llm, ctx: RunContext) -> dict:
             curve = [(t, *precision_recall_f1(scores, labels[:n], t)) for t in cuts]
             out[name] = {"pairs": n, "precision": precision, "recall": recall, "f1": f1,
                          "flags": [score > cfg.threshold for score in scores], "labels": labels[:n],
-                         "ids": [p.id for p in pairs[:n]],
+                         "contexts": [p.context for p in pairs[:n]],
                          "best_f1": max(c[3] for c in curve), "curve": curve}
             ctx.log(f"{name}: P {precision:.2f} R {recall:.2f} F1 {f1:.2f} on {n} pairs")
     return out
@@ -325,7 +329,7 @@ def _plumbing(cfg: Config, llm, ctx: RunContext) -> list[dict]:
     protect = ChatProtect(llm, detector=detector, threshold=cfg.threshold, max_rounds=cfg.max_rounds, seed=ctx.seed)
     rows = []
     for prompt in PROMPTS[:cfg.plumbing_prompts]:
-        report = protect.protect(prompt, max_tokens=cfg.plumbing_tokens)
+        report = protect.protect(prompt, max_tokens=cfg.plumbing_tokens, progress=not ctx.quiet)
         for c in report.checks:
             rows.append({"prompt": prompt, "round": c.round, "sentence": c.trigger.sentence,
                          "alternative": c.trigger.alternative, "score": round(c.detection.score, 2),
@@ -340,33 +344,37 @@ def model_stand_in(llm) -> str:
     return stand_in_reason(llm, "ChatGPT as the analyser")
 
 
-def _detection_evidence(flags, labels, ids, unit: str = "labelled pairs"):
+def _detection_evidence(flags, labels, contexts, unit: str = CONTEXTS):
     """Precision (over the flagged pairs) and recall (over the contradictory pairs), each a rate of 0/1
-    outcomes over the labelled pairs, both above :data:`DETECT_BAR`. The pairs are a fixed set, each named by its
-    id, so a seed group counts each pair once. With no pair flagged (or none contradictory) that rate was not
-    measured: not run, never a made-up 0."""
-    if not len(flags) == len(labels) == len(ids):
-        raise ValueError(f"one flag, label and id per pair: got {len(flags)}, {len(labels)} and {len(ids)}")
-    rates = {"recall": [(float(flag), pair) for flag, label, pair in zip(flags, labels, ids) if label],
-             "precision": [(float(label), pair) for flag, label, pair in zip(flags, labels, ids) if flag]}
+    outcomes over the labelled pairs, both above :data:`DETECT_BAR`. The independent unit is a pair's context
+    (``contexts``: one label per pair), whose pairs share a sentence: a context's outcomes are averaged first, and
+    n counts contexts (recall has one contradictory pair per bundled context, so it counts pairs). The contexts
+    are a fixed set, so a seed group counts each once. With no pair flagged (or none contradictory) that rate was
+    not measured: not run, never a made-up 0."""
+    if not len(flags) == len(labels) == len(contexts):
+        raise ValueError(f"one flag, label and context per pair: got {len(flags)}, {len(labels)} and "
+                         f"{len(contexts)}")
+    rates = {"recall": [(float(flag), context) for flag, label, context in zip(flags, labels, contexts) if label],
+             "precision": [(float(label), context) for flag, label, context in zip(flags, labels, contexts) if flag]}
     undefined = {"recall": "no pair is contradictory", "precision": "no pair was flagged"}
     parts = []
     for name, counted in rates.items():
         if not counted:
             parts.append(not_run(f"{name} is undefined: {undefined[name]}"))
             continue
-        hits, pairs = zip(*counted)
-        parts.append(against(hits, DETECT_BAR, binary=True, clusters=pairs, fixed=True, unit=unit, label=name))
+        hits, units = zip(*counted)
+        parts.append(against(hits, DETECT_BAR, binary=True, clusters=units, fixed=True, unit=unit, label=name))
     return all_of(*parts)
 
 
 def _versus_baselines(chosen: dict, detect: dict) -> list:
     """The judged detector against flagging every pair and against the SelfCheck prompt, on the same pairs: the
-    paired difference in per-pair correctness (Tango's score interval), above :data:`BASELINE_MARGIN`.
-    (F1 is not a mean over pairs, so it is reported with a bootstrap interval beside the verdict.)"""
+    paired difference in per-pair correctness, averaged within each context (the independent unit), above
+    :data:`BASELINE_MARGIN` (Student t over the contexts; Tango's score interval where each context holds one
+    pair). (F1 is not a mean over pairs, so it is reported with a bootstrap interval beside the verdict.)"""
     n, labels = chosen["pairs"], chosen["labels"]
     correct = [float(flag == label) for flag, label in zip(chosen["flags"], labels)]
-    same_pairs = {"binary": True, "margin": BASELINE_MARGIN, "unit": "labelled pairs", "clusters": chosen["ids"],
+    same_pairs = {"binary": True, "margin": BASELINE_MARGIN, "unit": CONTEXTS, "clusters": chosen["contexts"],
                   "fixed": True}
     parts = [compare(correct, [float(label) for label in labels], label="accuracy: ChatProtect - always Yes",
                      **same_pairs)]
@@ -417,10 +425,11 @@ def _claims(cfg: Config, sim: dict, detect: dict, llm_name: str, *, llm_stand_in
         claims.append(Claim(
             CLAIM_DETECT, paper=paper,
             measured=f"{llm_name}, {name}: P {chosen['precision']:.2f}, R {chosen['recall']:.2f} (F1 "
-                     f"{chosen['f1']:.2f}) over {chosen['pairs']} independent labelled pairs at threshold "
+                     f"{chosen['f1']:.2f}) over {chosen['pairs']} labelled pairs from "
+                     f"{len(set(chosen['contexts']))} contexts (the independent unit) at threshold "
                      f"{cfg.threshold:g} (flagging every pair: F1 {_always_yes(labels[:chosen['pairs']])[2]:.2f}); F1 "
                      f"95% bootstrap interval [{low:.2f}, {high:.2f}]; {others}",
-            evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"], chosen["ids"]),
+            evidence=all_of(_detection_evidence(chosen["flags"], chosen["labels"], chosen["contexts"]),
                             *_versus_baselines(chosen, detect)),
             provenance="revised", revision=DETECT_REVISION, **detect_subject))
     places = "prompts (fictional places)"
