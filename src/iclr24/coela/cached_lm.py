@@ -22,6 +22,7 @@ backend without torch weights) goes to the wrapped model unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections import OrderedDict
@@ -98,8 +99,7 @@ class PrefixCachedLM:
         fmt = output_format(response_format)
         require_grammar(self.inner, fmt)
         completion = self._greedy(ids, max_tokens, GrammarConstraint(self.tokenizer, fmt, len(ids)) if fmt else None)
-        check_complete(fmt, completion.text, completion.finish_reason)
-        return [completion]
+        return [dataclasses.replace(completion, parsed=check_complete(fmt, completion.text, completion.finish_reason))]
 
     def next_token_logprobs(self, token_ids):
         return self.inner.next_token_logprobs(token_ids)
