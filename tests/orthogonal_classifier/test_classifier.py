@@ -188,6 +188,9 @@ def test_arc_mixup_loss_is_zero_on_the_target_and_ignores_other_classes_blocks()
     assert float(arc_mixup_loss(target + noise, head, ya, yb, a, classes=[0, 1, 2, 3])) > 0.01
     with pytest.raises(ValueError, match="classes must include every class in y_a and y_b"):
         arc_mixup_loss(target, head, ya, yb, a, classes=[0, 1])
+    # pre-ReLU features would give -log of a negative similarity, NaN: refused, naming the fix
+    with pytest.raises(ValueError, match="features must be non-negative .* add a ReLU at the end of the encoder"):
+        arc_mixup_loss(target - 1.0, head, ya, yb, a)
 
 
 # --- experience replay ---------------------------------------------------------------------------------------------

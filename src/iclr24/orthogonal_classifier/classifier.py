@@ -199,6 +199,10 @@ def arc_mixup_loss(features: Tensor, classifier: FixedNonNegativeOrthogonalClass
             raise ValueError(f"{name} must have one entry per row of features ({n}), got shape {tuple(value.shape)}")
     if not a.is_floating_point() or bool(((a < 0) | (a > 1) | a.isnan()).any()):
         raise ValueError(f"a must hold mixing weights in [0, 1] (arc_mixup's second output), got {a.tolist()}")
+    if bool((features < 0).any()):  # -log of a negative similarity is NaN: the method assumes post-ReLU features
+        raise ValueError(f"features must be non-negative (the encoder's output after its ReLU, as the paper's "
+                         f"non-negative classifier assumes), got a minimum of {float(features.min()):.4g}; add a "
+                         "ReLU at the end of the encoder")
     kept = torch.cat([y_a, y_b]).unique() if classes is None else torch.as_tensor(classes).flatten()
     if not torch.isin(torch.cat([y_a, y_b]), kept).all():
         raise ValueError(f"classes must include every class in y_a and y_b, got classes {kept.tolist()} for pairs "
