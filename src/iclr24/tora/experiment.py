@@ -25,7 +25,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar, Literal, Optional
 
 import matplotlib
 
@@ -101,7 +101,8 @@ class Config:
     math_path: Optional[str] = None  # a local MATH JSONL (problem, solution or answer), evaluated if given
     champ: int = 0  # CHAMP problems to evaluate (extra `champ`); reported without a threshold
     local_limit: int = 100  # problems read from each local file
-    feedback: str = "official"  # what a program's run sends back: ToRA's ("official") or its last line ("last_line")
+    # what a program's run sends back: ToRA's ("official") or its last line ("last_line")
+    feedback: Literal["official", "last_line"] = "official"
 
     def __post_init__(self) -> None:
         if self.n_one_step < 1 or min(self.n_two_step, self.shaping_questions, self.champ) < 0:
