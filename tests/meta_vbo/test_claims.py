@@ -113,3 +113,10 @@ def test_the_revised_robustness_margin_is_looser_than_the_first_definition_where
     near_zero = claims(seeds(vucb=0.0002, harmful=0.005, majority=0.005, spread=0.0005))[CLAIM_ROBUST]
     assert near_zero.original.parts[0].samples[1] == (0.01,) * 4
     assert (near_zero.verdict, near_zero.original.verdict) == ("holds", "holds")
+
+
+def test_the_risk_measure_is_one_of_its_two_names():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"expected one of \['var', 'cvar'\]"):
+        get_experiment("meta_vbo").config("quick", ["measure=mean"])

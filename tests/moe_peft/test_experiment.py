@@ -139,3 +139,11 @@ def test_the_sweep_screens_every_rate_and_continues_the_best_to_the_full_length(
         Config(screen_epochs=31)
     with pytest.raises(ValueError, match="screen_keep"):
         Config(screen_keep=0)
+
+
+@pytest.mark.parametrize("grid, value", [("vector_lrs", "1e3"), ("low_rank_lrs", "0"), ("full_lrs", "-1e-3")])
+def test_a_learning_rate_grid_out_of_range_is_refused(grid, value):
+    from iclr24.core.experiment import get_experiment
+
+    with pytest.raises(ValueError, match=rf"{grid} must hold learning rates in \(0, 10\]"):
+        get_experiment("moe_peft").config("quick", [f"{grid}={value}"])

@@ -23,6 +23,7 @@ picks inside it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import matplotlib
 
@@ -90,7 +91,7 @@ class Config:
     n_helpful: int = 3
     n_harmful: int = 3
     pretrain_per_dim: int = 50       # target observations per x dimension for the held GP hyperparameters
-    measure: str = "var"
+    measure: Literal["var", "cvar"] = "var"
     # the real-world-style objective: an RBF SVM on breast_cancer tuned for accuracy under the worst label
     # noise (VaR at svm_alpha over 10 noise levels), with wine, iris and digits as prior tasks
     svm_points_per_dim: int = 15

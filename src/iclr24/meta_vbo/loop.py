@@ -63,7 +63,7 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
                   z_weights: torch.Tensor | None = None, alpha: float = 0.1, beta: float = 9.0,
                   lambda_: float = 0.0, eta: float = 1.0, measure: str = "var", z_selection: str = "max_std",
                   n_initial: int = 2, seed: int = 0, risk_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                  optimum: float | None = None, hyperparameters=None, show_progress: bool = True) -> RiskOptimization:
+                  optimum: float | None = None, hyperparameters=None, show_progress: bool = False) -> RiskOptimization:
     """Optimise the risk ``rho(objective(x, Z))`` by V-UCB, Meta-VBO or random search.
 
     Parameters
@@ -94,7 +94,8 @@ def optimize_risk(objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
         Hold the target model's hyperparameters at those of this fitted model (see :func:`fit_risk_model`)
         instead of refitting them every iteration.
     show_progress : bool
-        Draw a progress bar (iclr24.core.progress) over the iterations.
+        Draw a progress bar (iclr24.core.progress) over the iterations; off by default in a library call, as the
+        project's other long calls.
     """
     if optimum is not None:
         optimum = check_number("optimum", optimum)

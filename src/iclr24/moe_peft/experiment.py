@@ -84,6 +84,10 @@ SCALED_SITES = ("2", "4", "6")
 LINEAR_SITES = ("0", "2", "4", "6")
 
 
+#: The largest learning rate a grid may hold: past it every adapter here diverges in one step.
+MAX_LR = 10.0
+
+
 @dataclass(frozen=True)
 class Config:
     seeds: int = 3
@@ -116,6 +120,10 @@ class Config:
             raise ValueError(f"n_classes must be >= 3 (two shifts to train, one held out), got {self.n_classes}")
         if not (self.full_lrs and self.vector_lrs and self.low_rank_lrs):
             raise ValueError("each learning-rate grid needs at least one rate")
+        for grid in ("full_lrs", "vector_lrs", "low_rank_lrs"):
+            bad = [lr for lr in getattr(self, grid) if not 0 < lr <= MAX_LR]  # NaN fails too
+            if bad:
+                raise ValueError(f"{grid} must hold learning rates in (0, {MAX_LR:g}], got {bad[0]!r}")
         if self.screen_keep < 1:
             raise ValueError(f"screen_keep must be >= 1, got {self.screen_keep}")
         if self.screen_epochs is not None and not 1 <= self.screen_epochs <= self.epochs:
