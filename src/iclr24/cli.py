@@ -355,7 +355,7 @@ def _print_confirmation(record: dict, path: Path | None = None) -> None:
         table.add_column(column, overflow="fold")
     for c in record["claims"]:
         table.add_row(_short(c["statement"], 70), f"{_styled(c['pilot_verdict'])}: {c['pilot_summary']}",
-                      f"{c['planned_n']} units in {c['planned_runs']} runs, aiming at {c['side']}",
+                      f"{c['planned_n']} {c.get('unit', 'units')} in {c['planned_runs']} runs, aiming at {c['side']}",
                       f"{_styled(c['verdict'])}: {c['summary']}")
     console.print(table)
 

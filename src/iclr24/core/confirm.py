@@ -21,13 +21,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from iclr24.core.evidence import Evidence, pool
+from iclr24.core.evidence import pool
 from iclr24.core.executors import Job, run_jobs
 from iclr24.core.experiment import get_experiment
 from iclr24.core.io import write_json_atomic
 from iclr24.core.plan import (
     CONFIRM_FOLDER,
     PlanError,
+    _leaves,
     _units_per_run,
     experiment_source_digest,
     plan_claim,
@@ -201,6 +202,7 @@ def judge(plan: Mapping[str, Any], name: str, seeds: Sequence[int], records: Map
                 evidence = None
         claims.append({"statement": entry["statement"], "pilot_verdict": entry["pilot_verdict"],
                        "pilot_summary": entry["pilot_summary"], "side": entry["side"], "planned_n": entry["n"],
+                       "unit": next((p["unit"] for p in entry["parts"] if p.get("n") == entry["n"]), "units"),
                        "planned_runs": entry["runs"], "seeds": own,
                        "verdict": evidence.verdict if evidence is not None else "not run",
                        "evidence": evidence.to_dict() if evidence is not None else None,
@@ -214,12 +216,6 @@ def judge(plan: Mapping[str, Any], name: str, seeds: Sequence[int], records: Map
             "machine": _machine(records[used[0]].run_dir) if used else "",
             "pilot": method["pilot"], "power": plan.get("power"), "claims": claims, "rule": REPLAN_RULE,
             "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-
-
-def _leaves(evidence: Evidence) -> list[Evidence]:
-    if evidence.kind in ("all_of", "given"):
-        return [leaf for part in evidence.parts for leaf in _leaves(part)]
-    return [evidence]
 
 
 def _machine(run_dir: Path) -> str:

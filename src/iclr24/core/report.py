@@ -151,8 +151,8 @@ def _confirmed(record: dict | None, claims: list[tuple[StoredClaim, str]]) -> tu
             stored = read_claim({"statement": entry["statement"], "verdict": entry.get("verdict"),
                                  "evidence": entry["evidence"], "subject": subject, "stand_in": stand_in})
         how = (f"confirmation on fresh seeds {entry.get('seeds')} (planned before it ran: {entry.get('planned_n')} "
-               f"units in {entry.get('planned_runs')} runs at {record.get('power', 0.8):.0%} power; the pilot not "
-               "pooled in)")
+               f"{entry.get('unit', 'units')} in {entry.get('planned_runs')} runs at {record.get('power', 0.8):.0%} "
+               "power; the pilot not pooled in)")
         out.append((entry["statement"], stored, how))
     return tuple(out)
 
