@@ -123,9 +123,12 @@ def test_a_tie_with_pal_is_inconclusive_and_a_small_lead_over_rationale_is_not_a
 
 def test_every_claim_has_its_provenance_and_the_stand_in_is_marked():
     claims = _verdicts(_outcomes(tora=range(3)))
-    assert {s: c.provenance for s, c in claims.items()} == {CLAIM_MARGIN: "spec", CLAIM_PAL: "spec",
+    assert {s: c.provenance for s, c in claims.items()} == {CLAIM_MARGIN: "revised", CLAIM_PAL: "revised",
                                                            CLAIM_SHAPING: "revised"}
     assert "could not fail" in claims[CLAIM_SHAPING].revision
+    # the accuracy claims' margins are the spec's; their data (24 templates, issue #60) changed with results seen
+    assert all("24 one-step templates" in claims[s].revision and "margin unchanged" in claims[s].revision
+               for s in (CLAIM_MARGIN, CLAIM_PAL))
     assert all(c.subject == "stand-in" and c.stand_in == "scripted stands in" for c in claims.values())
     paper = _verdicts(_outcomes(tora=range(3)), stand_in="")
     assert all(c.subject == "paper" and not c.stand_in for c in paper.values())
