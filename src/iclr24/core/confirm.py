@@ -235,14 +235,9 @@ def _write_confirmation(runs_dir: Path, name: str, record: Mapping[str, Any]) ->
 
 def latest_confirmation(runs_dir: str | os.PathLike, name: str) -> dict[str, Any] | None:
     """The newest readable confirmation record of ``name``, or None."""
-    parent = Path(runs_dir) / name
-    if not parent.is_dir():
-        return None
-    for folder in sorted((d for d in parent.iterdir() if d.name.startswith(CONFIRMATION_PREFIX)), reverse=True):
-        try:
-            record = json.loads((folder / "confirmation.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+    from iclr24.core.seeds import newest_records
+
+    for _, record in newest_records(Path(runs_dir) / name, CONFIRMATION_PREFIX, "confirmation.json"):
         if isinstance(record, dict) and record.get("kind") == "iclr24 confirmation" and isinstance(
                 record.get("claims"), list):
             return record

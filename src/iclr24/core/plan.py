@@ -31,6 +31,7 @@ Units come in runs: a run of the pilot's preset yields ``units_per_run`` units, 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import inspect
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from iclr24.core.evidence import MIN_REPLICATES, Evidence, _units
+from iclr24.core.evidence import MIN_REPLICATES, Evidence, _units, forest_rows
 
 __all__ = ["CONFIRM_FOLDER", "DEFAULT_POWER", "MAX_UNITS", "PLAN_SCHEMA", "ClaimPlan", "PartPlan", "PlanError",
            "build_plan", "experiment_source_digest", "load_plan", "parse_duration", "pilot", "plan_claim",
@@ -216,9 +217,8 @@ def units_needed(evidence: Evidence, *, power: float = DEFAULT_POWER, max_units:
 
 
 def _leaves(evidence: Evidence) -> list[Evidence]:
-    if evidence.kind in ("all_of", "given"):
-        return [leaf for part in evidence.parts for leaf in _leaves(part)]
-    return [evidence]
+    """The single comparisons a claim rests on, nested parts flattened (the report's rows)."""
+    return [leaf for _, leaf, _ in forest_rows(evidence)]
 
 
 def plan_claim(claim: Mapping[str, Any], *, units_per_run: Mapping[str, float] | float, cpu_s_per_run: float,
@@ -233,7 +233,7 @@ def plan_claim(claim: Mapping[str, Any], *, units_per_run: Mapping[str, float] |
         reason = evidence.reason if evidence is not None else "no evidence recorded"
         return ClaimPlan(statement, "not run", "", (), "cannot decide", f"not run in the pilot: {reason}")
     leaves = _leaves(evidence)
-    parts = tuple(_part(leaf, power, max_units) if leaf.kind != "not run" else
+    parts = tuple(units_needed(leaf, power=power, max_units=max_units) if leaf.kind != "not run" else
                   PartPlan(leaf.label, leaf.kind, "", "not run", 0, reason=f"not run: {leaf.reason}")
                   for leaf in leaves)
     criteria = tuple(leaf.criterion for leaf in leaves)
@@ -257,10 +257,6 @@ def plan_claim(claim: Mapping[str, Any], *, units_per_run: Mapping[str, float] |
     runs = max(_runs(p, units_per_run) for p in deciding)
     n = max(p.n for p in deciding)
     return ClaimPlan(**common, status="planned", side=aim, n=n, runs=runs, cpu_s=runs * float(cpu_s_per_run))
-
-
-def _part(leaf: Evidence, power: float, max_units: int) -> PartPlan:
-    return units_needed(leaf, power=power, max_units=max_units)
 
 
 def _runs(part: PartPlan, units_per_run: Mapping[str, float] | float) -> int:
@@ -338,7 +334,7 @@ def build_plan(pilots: Mapping[str, Mapping[str, Any]], *, power: float = DEFAUL
             if id(cp) in over:
                 limit = (f"over the per-claim limit of {max_claim_cpu_s:.0f} CPU s" if max_claim_cpu_s is not None
                          and cp.cpu_s > max_claim_cpu_s else "does not fit the budget")
-                cp = ClaimPlan(**{**asdict_shallow(cp), "status": "over budget", "reason": limit})
+                cp = dataclasses.replace(cp, status="over budget", reason=limit)
             # a confirmation of this pilot stays the answer; planning again takes new seeds
             claims.append({**_claim_to_dict(cp), "confirmed_before": confirmed})
         runs = chosen.get(name, 0)
@@ -352,10 +348,6 @@ def build_plan(pilots: Mapping[str, Mapping[str, Any]], *, power: float = DEFAUL
             "cpu_s": sum(m["cpu_s"] for m in out_methods.values())}
     plan["digest"] = plan_digest(plan)
     return plan
-
-
-def asdict_shallow(cp: ClaimPlan) -> dict[str, Any]:
-    return {f: getattr(cp, f) for f in cp.__dataclass_fields__}
 
 
 def _claim_to_dict(cp: ClaimPlan) -> dict[str, Any]:

@@ -130,22 +130,31 @@ def write_seed_group(runs_dir: str | os.PathLike, records: Sequence[RunRecord]) 
 
 def latest_seed_group(runs_dir: str | os.PathLike, name: str) -> dict[str, Any] | None:
     """The newest readable seed-group summary of ``name``, or None."""
-    parent = Path(runs_dir) / name
-    if not parent.is_dir():
-        return None
-    def order(folder: Path) -> tuple[str, int]:
-        stamp, _, suffix = folder.name.removeprefix(GROUP_PREFIX).partition("-")
-        return stamp, int(suffix) if suffix.isdigit() else 0
-
-    groups = sorted((d for d in parent.iterdir() if d.name.startswith(GROUP_PREFIX)), key=order, reverse=True)
-    for folder in groups:
+    for folder, group in newest_records(Path(runs_dir) / name, GROUP_PREFIX, "summary.json", what="seed group"):
         try:
-            group = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
             _check_group(group)
             return group
-        except (OSError, ValueError, TypeError, KeyError) as err:  # a damaged group never breaks a report
+        except (ValueError, TypeError, KeyError) as err:  # a damaged group never breaks a report
             warnings.warn(f"skipping seed group {folder}: {type(err).__name__}: {err}", stacklevel=2)
     return None
+
+
+def newest_records(parent: Path, prefix: str, filename: str, what: str | None = None):
+    """``(folder, parsed json)`` of every ``parent/<prefix><stamp>[-i]/<filename>``, newest first (a stamp's
+    ``-i`` suffix counted as a number); unreadable files are skipped, with a warning naming ``what`` if given."""
+    if not parent.is_dir():
+        return
+
+    def order(folder: Path) -> tuple[str, int]:
+        stamp, _, suffix = folder.name.removeprefix(prefix).partition("-")
+        return stamp, int(suffix) if suffix.isdigit() else 0
+
+    for folder in sorted((d for d in parent.iterdir() if d.name.startswith(prefix)), key=order, reverse=True):
+        try:
+            yield folder, json.loads((folder / filename).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            if what is not None:
+                warnings.warn(f"skipping {what} {folder}: {type(err).__name__}: {err}", stacklevel=2)
 
 
 def _check_group(group: Any) -> None:
